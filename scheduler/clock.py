@@ -1,0 +1,60 @@
+"""The only place that reads the wall clock or sleeps.
+
+Everything else takes a ``Clock``: the daemon gets ``SystemClock``; the demo, the
+simulator and the tests get ``SimClock`` and move time forward explicitly.
+All times are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class SimClock:
+    """Simulated time: ``sleep`` and ``advance`` move it, nothing else does."""
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("SimClock needs a timezone-aware start time")
+        self._now = start.astimezone(timezone.utc)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(timedelta(seconds=seconds))
+
+    def advance(self, delta: timedelta) -> datetime:
+        if delta < timedelta(0):
+            raise ValueError("time does not run backwards")
+        self._now += delta
+        return self._now
+
+    def set(self, when: datetime) -> None:
+        when = when.astimezone(timezone.utc)
+        if when < self._now:
+            raise ValueError("time does not run backwards")
+        self._now = when
+
+
+def utc(dt: datetime) -> datetime:
+    """Normalise to aware UTC; naive datetimes (SQLite returns them) are taken as UTC."""
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)

@@ -1,0 +1,236 @@
+"""The job.yaml contract (JobSpec) and the domain records that cross module seams.
+
+Every model is frozen with ``extra="forbid"``: unknown keys are errors, not
+silently ignored. Structural rules live here; rules that need the catalog or the
+kind of job (which section goes with which kind) live in ``jobfile.py``, which
+turns every problem into a message with the field path and an example.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from scheduler.money import Money
+
+MODELS = tuple(f"{f}-{s}" for f in ("yolov9", "gelan") for s in "tsmce")
+PROVIDERS = ("aws", "alibaba", "tencent", "sandbox")
+EXPORT_FORMATS = ("torchscript", "onnx", "openvino", "engine", "coreml", "saved_model", "pb", "tflite")
+
+_DURATION_RE = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"36h"``, ``"2d"``, ``"1d12h"``, ``"90m"`` -> timedelta; ValueError otherwise."""
+    m = _DURATION_RE.match(text)
+    if not m or not any(m.groups()):
+        raise ValueError(f"{text!r} is neither an ISO time with a UTC offset nor a duration like '36h'")
+    d, h, mins = (int(x) if x else 0 for x in m.groups())
+    delta = timedelta(days=d, hours=h, minutes=mins)
+    if delta <= timedelta(0):
+        raise ValueError("a deadline duration must be positive")
+    return delta
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Kind(StrEnum):
+    train = "train"
+    infer = "infer"
+    val = "val"
+    export = "export"
+
+
+class Capacity(StrEnum):
+    spot = "spot"
+    on_demand = "on-demand"
+    reserved = "reserved"
+
+
+UriStr = Annotated[str, Field(pattern=r"^(s3|oss|cos)://[^/\s]+(/\S*)?$")]
+WeightsStr = Annotated[str, Field(pattern=r"^((s3|oss|cos)://\S+|[\w.\-]+\.pt)$")]
+
+
+class DataSpec(Frozen):
+    uri: UriStr
+    train_images: int | None = Field(default=None, ge=1, le=100_000_000)
+    val_images: int | None = Field(default=None, ge=0, le=10_000_000)
+
+
+class TrainSpec(Frozen):
+    epochs: int = Field(default=100, ge=1, le=10_000)
+    img_size: int = Field(default=640, ge=32, le=2048, multiple_of=32)
+    batch: int = Field(default=64, ge=1, le=1024)
+    weights: Annotated[str, Field(pattern=r"^((s3|oss|cos)://\S+|[\w.\-]+\.pt)?$")] = ""
+    hyp: str = Field(default="hyp.scratch-high.yaml", pattern=r"^[\w.\-/]+\.ya?ml$")
+    close_mosaic: int = Field(default=15, ge=0, le=10_000)
+    patience: int = Field(default=100, ge=0, le=10_000)
+
+
+class InferSpec(Frozen):
+    source: UriStr
+    images: int = Field(ge=1, le=1_000_000_000)
+    img_size: int = Field(default=640, ge=32, le=2048, multiple_of=32)
+    weights: WeightsStr
+    conf: float = Field(default=0.25, gt=0, lt=1)
+    iou: float = Field(default=0.45, gt=0, lt=1)
+
+
+class ValSpec(Frozen):
+    weights: WeightsStr
+    img_size: int = Field(default=640, ge=32, le=2048, multiple_of=32)
+    batch: int = Field(default=32, ge=1, le=1024)
+
+
+class ExportSpec(Frozen):
+    weights: WeightsStr
+    formats: tuple[Literal[EXPORT_FORMATS], ...] = Field(default=("onnx",), min_length=1)  # type: ignore[valid-type]
+    img_size: int = Field(default=640, ge=32, le=2048, multiple_of=32)
+    half: bool = False
+    dynamic: bool = False
+
+
+class ResourcesSpec(Frozen):
+    gpus: tuple[str, ...] | None = None  # validated against scheduler.gpus in jobfile.py
+    gpu_count: int = Field(default=1, ge=1, le=8)
+    nodes: int = Field(default=1, ge=1, le=64)
+
+
+class WhereSpec(Frozen):
+    providers: tuple[Literal[PROVIDERS], ...] | None = None  # type: ignore[valid-type]
+    regions: tuple[str, ...] | None = None
+
+
+class PolicySpec(Frozen):
+    capacity: Literal["auto", "spot", "on-demand", "reserved"] = "auto"
+    deadline: datetime | timedelta | None = None
+    budget: Money | None = None
+    priority: int = Field(default=50, ge=0, le=100)
+    max_restarts: int = Field(default=10, ge=0, le=1000)
+    idle_stop_minutes: int | None = Field(default=None, ge=0, le=10_080)
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline(cls, v: object) -> object:
+        if isinstance(v, str):
+            try:
+                dt = datetime.fromisoformat(v)
+            except ValueError:
+                return parse_duration(v)
+            v = dt
+        if isinstance(v, date) and not isinstance(v, datetime):
+            raise ValueError("give a time of day and a UTC offset, e.g. 2026-12-10T18:00:00+08:00")
+        if isinstance(v, datetime) and v.tzinfo is None:
+            raise ValueError("a deadline needs a UTC offset, e.g. 2026-12-10T18:00:00+08:00")
+        if isinstance(v, (int, float)):
+            raise ValueError("a deadline is an ISO time or a duration string like '36h'")
+        return v
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, v: object) -> object:
+        if isinstance(v, str):
+            return Money.parse(v)
+        if isinstance(v, (int, float, Decimal)):
+            raise ValueError("a budget needs a currency, e.g. '800 CNY' or '120 USD'")
+        return v
+
+
+class JobSpec(Frozen):
+    """One job.yaml, as the user wrote it (relative deadlines not yet resolved)."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)
+    team: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=63)
+    project: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=63)
+    kind: Kind
+    model: Literal[MODELS]  # type: ignore[valid-type]
+    data: DataSpec | None = None
+    train: TrainSpec | None = None
+    infer: InferSpec | None = None
+    val: ValSpec | None = None
+    export: ExportSpec | None = None
+    resources: ResourcesSpec = ResourcesSpec()
+    where: WhereSpec = WhereSpec()
+    policy: PolicySpec = PolicySpec()
+
+    def deadline_at(self, submitted_at: datetime) -> datetime | None:
+        d = self.policy.deadline
+        if d is None:
+            return None
+        if isinstance(d, timedelta):
+            return submitted_at + d
+        return d
+
+
+# --- offers and prices -------------------------------------------------------
+
+
+class Stock(StrEnum):
+    available = "available"
+    low = "low"
+    sold_out = "sold_out"
+    unknown = "unknown"
+
+
+class Price(Frozen):
+    """An hourly price and where it came from."""
+
+    per_hour: Money
+    source: str
+    as_of: date
+
+
+class Offer(Frozen):
+    """One instance type in one zone of one cloud, with its prices and stock.
+
+    ``spot_interruptions_per_hour`` is the expected rate of spot reclaims, used by
+    the planner's expected-cost model.
+    """
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpu_count: int = Field(ge=1)
+    gpu_mem_gib: float = Field(gt=0)
+    vcpus: int = Field(ge=1)
+    mem_gib: float = Field(gt=0)
+    on_demand: Price | None = None
+    spot: Price | None = None
+    on_demand_stock: Stock = Stock.unknown
+    spot_stock: Stock = Stock.unknown
+    spot_interruptions_per_hour: float = Field(default=0.05, ge=0)
+
+    @property
+    def key(self) -> str:
+        return f"{self.provider}/{self.region}/{self.zone}/{self.instance_type}"
+
+    def price(self, capacity: Capacity) -> Price | None:
+        if capacity is Capacity.spot:
+            return self.spot
+        if capacity is Capacity.on_demand:
+            return self.on_demand
+        return None
+
+    def stock(self, capacity: Capacity) -> Stock:
+        return self.spot_stock if capacity is Capacity.spot else self.on_demand_stock
+
+
+class ReservedCapacity(Frozen):
+    """Instances the organisation has already paid for: zero marginal cost until ``until``."""
+
+    provider: str
+    region: str
+    zone: str | None = None
+    instance_type: str
+    count: int = Field(ge=1)
+    until: datetime
+    note: str = ""

@@ -1,0 +1,98 @@
+"""Settings: the only reader of the environment and ``.env``.
+
+Every setting has the ``GPUSCHED_`` prefix; ``.env.example`` lists them all.
+Secrets are ``SecretStr`` so they never print in a repr or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from scheduler.errors import SettingsError
+from scheduler.models import ReservedCapacity
+from scheduler.money import FxRates
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GPUSCHED_", env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True
+    )
+
+    # --- where things live
+    data_dir: Path = Path(".gpusched")
+    database_url: str = ""  # empty: sqlite file <data_dir>/gpusched.db
+    cluster: str = Field(default="default", pattern=r"^[a-z0-9][a-z0-9-]{0,31}$")
+
+    # --- HTTP API (the daemon serves it, the CLI calls it)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8642, ge=1, le=65535)
+    api_url: str = ""  # empty: http://<api_host>:<api_port>
+    api_token: SecretStr | None = None
+
+    # --- the lifecycle
+    tick_seconds: float = Field(default=10.0, gt=0)
+    idle_stop_minutes: int = Field(default=10, ge=0)
+    launch_grace_seconds: int = Field(default=120, ge=0)
+    providers: list[str] = ["sandbox"]
+    reserved: list[ReservedCapacity] = []
+
+    # --- money and reports
+    report_currency: Literal["CNY", "USD"] = "CNY"
+    fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0)
+    report_cron: str = "0 6 1 * *"  # minute hour day month weekday: 06:00 on the 1st
+    report_dir: Path | None = None  # empty: <data_dir>/reports
+
+    # --- the sandbox cloud
+    sandbox_seed: int = 7
+
+    # --- logging
+    log_format: Literal["json", "console"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("providers", mode="before")
+    @classmethod
+    def _csv(cls, v: object) -> object:
+        if isinstance(v, str) and not v.strip().startswith("["):
+            return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @field_validator("reserved", mode="before")
+    @classmethod
+    def _reserved_json(cls, v: object) -> object:
+        if isinstance(v, str):
+            return json.loads(v) if v.strip() else []
+        return v
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'gpusched.db'}"
+
+    @property
+    def base_url(self) -> str:
+        return self.api_url or f"http://{self.api_host}:{self.api_port}"
+
+    @property
+    def reports_path(self) -> Path:
+        return self.report_dir or self.data_dir / "reports"
+
+    @property
+    def fx(self) -> FxRates:
+        return FxRates(base="CNY", rates={"USD": self.fx_usd_cny})
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings, turning validation errors into one readable SettingsError."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"])
+            lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}")
+        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines), fix="see .env.example") from None
