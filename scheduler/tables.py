@@ -1,0 +1,190 @@
+"""The store's tables (SQLAlchemy 2 declarative). Alembic migrations mirror these.
+
+Money columns are Numeric with a separate currency column; times are stored as
+UTC (SQLite returns them naive: ``clock.utc`` restores the zone).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, Numeric, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+MONEY = Numeric(20, 8)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    team: Mapped[str] = mapped_column(String(63), index=True)
+    project: Mapped[str | None] = mapped_column(String(63))
+    kind: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(16))
+    spec_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    priority: Mapped[int] = mapped_column(Integer, default=50)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    budget_amount: Mapped[Decimal | None] = mapped_column(MONEY)
+    budget_currency: Mapped[str | None] = mapped_column(String(3))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    epochs_done: Mapped[int] = mapped_column(Integer, default=0)
+    epochs_total: Mapped[int | None] = mapped_column(Integer)
+    checkpoint_uri: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it waits, was refused or failed
+    plan_json: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # last decision, with alternatives
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    client_token: Mapped[str] = mapped_column(String(64), unique=True)
+    provider: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(32))
+    zone: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    capacity: Mapped[str] = mapped_column(String(16))
+    instance_id: Mapped[str | None] = mapped_column(ForeignKey("instances.id"), index=True)
+    start_epoch: Mapped[int] = mapped_column(Integer, default=0)
+    end_epoch: Mapped[int | None] = mapped_column(Integer)
+    est_hours: Mapped[float | None] = mapped_column()
+    est_cost_amount: Mapped[Decimal | None] = mapped_column(MONEY)
+    est_cost_currency: Mapped[str | None] = mapped_column(String(3))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class InstanceRow(Base):
+    __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_cloud", "provider", "region", "cloud_id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    provider: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(32))
+    zone: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    gpu: Mapped[str] = mapped_column(String(16))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    capacity: Mapped[str] = mapped_column(String(16))
+    reserved: Mapped[bool] = mapped_column(Boolean, default=False)
+    cloud_id: Mapped[str | None] = mapped_column(String(64))
+    client_token: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(40), index=True)  # busy with; None = idle
+    team: Mapped[str] = mapped_column(String(63))  # idle time is charged to the team that launched it
+    project: Mapped[str | None] = mapped_column(String(63))
+    price_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour, at launch; 0 for reserved
+    price_currency: Mapped[str] = mapped_column(String(3))
+    on_demand_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour, same currency, for savings
+    idle_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    idle_stop_minutes: Mapped[int] = mapped_column(Integer, default=10)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    running_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    terminated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    preempted: Mapped[bool] = mapped_column(Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class UsageIntervalRow(Base):
+    """A span during which one instance billed, busy with one job or idle."""
+
+    __tablename__ = "usage_intervals"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    team: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str | None] = mapped_column(String(63))
+    kind: Mapped[str] = mapped_column(String(8))  # busy | idle
+    provider: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(32))
+    gpu: Mapped[str] = mapped_column(String(16))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    capacity: Mapped[str] = mapped_column(String(16))
+    start: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # None = still open
+    accounted: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class CostRecordRow(Base):
+    """Priced usage, split at month boundaries. Amounts are in the price's own currency."""
+
+    __tablename__ = "cost_records"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    usage_interval_id: Mapped[int] = mapped_column(ForeignKey("usage_intervals.id"), index=True)
+    month: Mapped[str] = mapped_column(String(7), index=True)  # YYYY-MM
+    instance_id: Mapped[str] = mapped_column(String(40))
+    job_id: Mapped[str | None] = mapped_column(String(40))
+    team: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str | None] = mapped_column(String(63))
+    kind: Mapped[str] = mapped_column(String(8))  # busy | idle
+    provider: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(32))
+    gpu: Mapped[str] = mapped_column(String(16))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    capacity: Mapped[str] = mapped_column(String(16))
+    start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    hours: Mapped[Decimal] = mapped_column(MONEY)
+    amount: Mapped[Decimal] = mapped_column(MONEY)
+    on_demand_amount: Mapped[Decimal] = mapped_column(MONEY)  # the same hours at on-demand price
+    currency: Mapped[str] = mapped_column(String(3))
+
+
+class IdleStopRow(Base):
+    """The idle reaper stopped or terminated a machine nobody was using."""
+
+    __tablename__ = "idle_stops"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    action: Mapped[str] = mapped_column(String(16))  # stopped | terminated
+    team: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str | None] = mapped_column(String(63))
+    provider: Mapped[str] = mapped_column(String(16))
+    gpu: Mapped[str] = mapped_column(String(16))
+    capacity: Mapped[str] = mapped_column(String(16))
+    price_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour the machine would have kept billing
+    price_currency: Mapped[str] = mapped_column(String(3))
+
+
+class EventRow(Base):
+    """Audit trail: what happened to a job or instance, in words, for `status` and debugging."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    instance_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
