@@ -58,3 +58,20 @@ def utc(dt: datetime) -> datetime:
     if dt.tzinfo is None:
         return dt.replace(tzinfo=timezone.utc)
     return dt.astimezone(timezone.utc)
+
+
+class ScaledClock:
+    """Real time sped up ``factor`` times from ``start``: lets a sandbox daemon show hours in minutes."""
+
+    def __init__(self, factor: float, start: datetime | None = None) -> None:
+        if factor <= 0:
+            raise ValueError("factor must be positive")
+        self.factor = factor
+        self._t0 = time.monotonic()
+        self._start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self.factor)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds / self.factor)

@@ -39,7 +39,11 @@ class Settings(BaseSettings):
     tick_seconds: float = Field(default=10.0, gt=0)
     idle_stop_minutes: int = Field(default=10, ge=0)
     launch_grace_seconds: int = Field(default=120, ge=0)
-    providers: list[str] = ["sandbox"]
+    # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
+    # simulated cloud poses as each listed provider (no account needed).
+    backend: Literal["sandbox"] = "sandbox"
+    providers: list[Literal["aws", "alibaba", "tencent"]] = ["aws", "alibaba", "tencent"]
+    stopped_retention_hours: float = Field(default=24.0, ge=0)  # then a stopped machine is terminated
     reserved: list[ReservedCapacity] = []
 
     # --- money and reports
@@ -50,6 +54,7 @@ class Settings(BaseSettings):
 
     # --- the sandbox cloud
     sandbox_seed: int = 7
+    sandbox_speedup: float = Field(default=1.0, gt=0)  # >1 runs the sandbox daemon faster than real time
 
     # --- logging
     log_format: Literal["json", "console"] = "console"

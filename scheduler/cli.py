@@ -1,0 +1,268 @@
+"""The ``gpusched`` command line (Typer + Rich).
+
+Commands that need the daemon (submit, status, cancel) talk to its HTTP API and
+say plainly when it cannot be reached. Commands that only read files or the
+store (validate, schema, plan, report, demo) work without it.
+Every user error exits with status 2 and a message with a fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.errors import GpuschedError, JobFileError, ProviderError, UserError
+
+app = typer.Typer(
+    name="gpusched",
+    help="Schedule YOLOv9 jobs on rented cloud GPUs as cheaply as their deadlines allow.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings():
+    from scheduler.settings import load_settings
+
+    return load_settings()
+
+
+def _setup_logging(settings, *, daemon: bool = False) -> None:
+    from scheduler.logs import configure_logging
+
+    fmt = settings.log_format if daemon else "console"
+    level = settings.log_level if daemon else "warning"
+    configure_logging(fmt, level)
+
+
+# --- job files -------------------------------------------------------------------
+
+
+@app.command()
+def validate(files: list[Path] = typer.Argument(..., help="job.yaml files to check")) -> None:
+    """Check job files; print every problem with its field and a fix."""
+    from scheduler.jobfile import load_job_file
+
+    bad = 0
+    for f in files:
+        try:
+            spec = load_job_file(f)
+        except JobFileError as exc:
+            bad += 1
+            _print_job_error(exc)
+            continue
+        out.print(f"[green]ok[/green] {f}: {spec.kind.value} {spec.model} for team {spec.team}")
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of job.yaml (for editors and CI linters)."""
+    from scheduler.jobfile import job_json_schema
+
+    sys.stdout.write(json.dumps(job_json_schema(), indent=2) + "\n")
+
+
+@app.command("plan")
+def plan_cmd(
+    file: Path = typer.Argument(..., help="the job.yaml to plan"),
+    at: Optional[str] = typer.Option(None, help="plan as of this ISO time (default: now)"),
+    show: int = typer.Option(12, help="how many alternatives to show"),
+) -> None:
+    """Show where and how a job would run, what it would cost, and the alternatives."""
+    from scheduler.clock import SystemClock
+    from scheduler.jobfile import load_job_file
+    from scheduler.planner import PlanJob, PlannerPolicy, options_for, plan
+    from scheduler.runtime import build_providers, reserved_slots
+
+    settings = _settings()
+    spec = load_job_file(file)
+    now = datetime.fromisoformat(at) if at else SystemClock().now()
+    providers = build_providers(settings, SystemClock())
+    offers = [o for p in providers.values() for o in p.offers()]
+    fleet = reserved_slots(settings, offers, now)
+    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=spec.deadline_at(now))
+    policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
+    decision = plan([job], offers, fleet, now, policy)[0]
+    options = options_for(job, offers, fleet, now, policy)
+    title = f"{spec.name}: {spec.kind.value} {spec.model}"
+    if job.deadline_at:
+        title += f", deadline {job.deadline_at:%Y-%m-%d %H:%M %Z}"
+    if spec.policy.budget:
+        title += f", budget {spec.policy.budget}"
+    table = Table(title=title, show_lines=False)
+    for col in ("", "GPU", "cloud / region / instance type", "capacity", "est. hours", "est. cost",
+                "finish by (UTC)", "why"):
+        table.add_column(col, overflow="fold")
+    chosen = decision.choice
+    for opt in options[:show]:
+        mark = "→" if chosen is not None and opt == chosen else ""
+        style = "bold green" if mark else ("" if opt.feasible else "dim")
+        table.add_row(
+            mark,
+            f"{opt.gpu_count}x {opt.gpu}",
+            f"{opt.provider} / {opt.zone} / {opt.instance_type}",
+            opt.capacity.value + (" (warm)" if opt.source == "warm" else ""),
+            f"{opt.est_hours:.1f}",
+            str(opt.est_cost),
+            f"{opt.finish_by:%m-%d %H:%M}",
+            opt.why,
+            style=style,
+        )
+    out.print(table)
+    verdict = {"launch": "would launch", "reuse": "would reuse", "wait": "would wait", "refuse": "refused"}
+    out.print(f"[bold]{verdict[decision.action]}[/bold]: {decision.reason}")
+    if decision.action == "refuse":
+        raise typer.Exit(2)
+
+
+# --- the daemon's API ------------------------------------------------------------------
+
+
+def _client(settings):
+    from scheduler.client import ApiClient
+
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    return ApiClient(settings.base_url, token)
+
+
+@app.command()
+def submit(file: Path = typer.Argument(..., help="the job.yaml to submit")) -> None:
+    """Validate a job file and queue it with the daemon."""
+    from scheduler.jobfile import load_job_file
+
+    settings = _settings()
+    spec = load_job_file(file)
+    job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
+    out.print(f"submitted [bold]{job.id}[/bold] ({spec.name}, team {spec.team}): {job.state}")
+    out.print(f"watch it with: gpusched status {job.id}")
+
+
+@app.command()
+def status(
+    job_id: Optional[str] = typer.Argument(None, help="a job id for its details; omit to list jobs"),
+    state: Optional[str] = typer.Option(None, help="only jobs in this state"),
+    team: Optional[str] = typer.Option(None, help="only this team's jobs"),
+) -> None:
+    """List jobs, or show one job with its attempts and events."""
+    settings = _settings()
+    client = _client(settings)
+    if job_id:
+        detail = client.get_job(job_id)
+        out.print_json(detail.model_dump_json())
+        return
+    jobs = client.list_jobs(state=state, team=team)
+    table = Table(title=f"{len(jobs)} job(s)")
+    for col in ("id", "name", "team", "kind", "state", "progress", "reason"):
+        table.add_column(col, overflow="fold")
+    for j in jobs:
+        progress = f"{j.epochs_done}/{j.epochs_total} ep" if j.epochs_total else ""
+        table.add_row(j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")
+    out.print(table)
+
+
+@app.command()
+def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
+    """Cancel a job; its machine is freed on the daemon's next tick."""
+    job = _client(_settings()).cancel(job_id)
+    out.print(f"{job.id}: {job.state}")
+
+
+@app.command()
+def daemon() -> None:
+    """Run the scheduler: the tick, the monthly report and the HTTP API."""
+    from scheduler.runtime import run_daemon
+
+    settings = _settings()
+    _setup_logging(settings, daemon=True)
+    run_daemon(settings)
+
+
+# --- reports, demo, database -------------------------------------------------------------
+
+
+@app.command()
+def report(
+    month: str = typer.Option(..., help="the month, e.g. 2026-11"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for the files (default: the report dir)"),
+) -> None:
+    """Write the monthly cost report (HTML with charts, CSV, Markdown) from the store."""
+    from scheduler.runtime import write_monthly_report
+
+    settings = _settings()
+    paths = write_monthly_report(settings, month, out_dir=out_dir)
+    for kind, path in paths.items():
+        out.print(f"{kind}: {path}")
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
+    seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
+) -> None:
+    """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
+    from scheduler.demo import run_demo
+
+    run_demo(out_dir=out_dir, seed=seed, console=out)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the store to the latest schema."""
+    from scheduler.store import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    Store(settings.db_url).migrate()
+    out.print(f"store at {settings.db_url} is up to date")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def _print_job_error(exc: JobFileError) -> None:
+    err.print(f"[red]error[/red] in {exc.path}:")
+    for p in exc.problems:
+        err.print(f"  [bold]{p.field}[/bold]: {p.message}")
+        if p.example:
+            err.print(f"      e.g. {p.example}")
+
+
+def main() -> None:
+    """Console entry point: user errors become a message and exit status 2."""
+    try:
+        app()
+    except JobFileError as exc:
+        _print_job_error(exc)
+        sys.exit(2)
+    except UserError as exc:
+        err.print(f"[red]error[/red]: {exc.message}")
+        if exc.fix:
+            err.print(f"  fix: {exc.fix}")
+        sys.exit(2)
+    except ProviderError as exc:
+        err.print(f"[red]cloud error[/red] ({exc.provider or 'provider'} {exc.code}): {exc.message}")
+        if exc.fix:
+            err.print(f"  fix: {exc.fix}")
+        sys.exit(1)
+    except GpuschedError as exc:
+        err.print(f"[red]error[/red]: {exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
