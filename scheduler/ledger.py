@@ -19,6 +19,10 @@ are still up:
   anything; ``cost_lines(month, now)`` gives a month's written records plus
   everything not yet written, as one list of ``CostLine``.
 
+``spent_by_job`` answers "how much of its budget has this job used"; and
+``record_idle_stop`` notes each machine the idle reaper stopped, for the
+report's "waste avoided".
+
 Decimal throughout. Hours and amounts are rounded to the column scale (8
 places) once per interval; the month pieces then share that total exactly
 (the last piece takes the remainder), so pieces always sum to the whole.
@@ -27,6 +31,7 @@ places) once per interval; the month pieces then share that total exactly
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -38,8 +43,8 @@ from sqlalchemy.orm import Session
 
 from scheduler.clock import utc
 from scheduler.models import Frozen
-from scheduler.money import Money
-from scheduler.tables import CostRecordRow, InstanceRow, UsageIntervalRow
+from scheduler.money import Currency, FxRates, Money, total
+from scheduler.tables import CostRecordRow, IdleStopRow, InstanceRow, UsageIntervalRow
 
 UsageKind = Literal["busy", "idle"]
 USAGE_KINDS: tuple[str, ...] = ("busy", "idle")
@@ -49,7 +54,11 @@ _MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 class CostLine(Frozen):
-    """One priced piece of usage within one month: a written record or a live estimate."""
+    """One priced piece of usage within one month: a written record or a live estimate.
+
+    Shaped like ``CostRecordRow`` (Decimal amounts beside a currency) so reports
+    read both the same way; ``cost``, ``on_demand`` and ``savings`` give Money.
+    """
 
     month: str
     usage_interval_id: int
@@ -66,13 +75,22 @@ class CostLine(Frozen):
     start: datetime
     end: datetime
     hours: Decimal
-    amount: Money
-    on_demand_amount: Money
+    amount: Decimal
+    on_demand_amount: Decimal
+    currency: Currency
     final: bool  # True: a cost record; False: priced on the fly (open or not yet accounted)
 
     @property
+    def cost(self) -> Money:
+        return Money(amount=self.amount, currency=self.currency)
+
+    @property
+    def on_demand(self) -> Money:
+        return Money(amount=self.on_demand_amount, currency=self.currency)
+
+    @property
     def savings(self) -> Money:
-        return self.on_demand_amount - self.amount
+        return self.on_demand - self.cost
 
 
 # --- writing intervals
@@ -180,7 +198,9 @@ def exact_seconds(delta: timedelta) -> Decimal:
 
 
 @dataclass(frozen=True)
-class _Piece:
+class PricedSpan:
+    """One month's share of a priced span; amounts in the instance's price currency."""
+
     month: str
     start: datetime
     end: datetime
@@ -193,7 +213,7 @@ def _quantize(value: Decimal) -> Decimal:
     return value.quantize(SCALE, rounding=ROUND_HALF_EVEN)
 
 
-def _price(start: datetime, end: datetime, price: Decimal, on_demand: Decimal) -> list[_Piece]:
+def price_span(start: datetime, end: datetime, price: Decimal, on_demand: Decimal) -> list[PricedSpan]:
     """Price ``[start, end)`` per month. Rounded once per whole; the last piece takes the remainder."""
     months = split_by_month(start, end)
     if not months:
@@ -202,7 +222,7 @@ def _price(start: datetime, end: datetime, price: Decimal, on_demand: Decimal) -
     total_hours = _quantize(seconds / SECONDS_PER_HOUR)
     total_amount = _quantize(seconds * price / SECONDS_PER_HOUR)
     total_on_demand = _quantize(seconds * on_demand / SECONDS_PER_HOUR)
-    pieces: list[_Piece] = []
+    pieces: list[PricedSpan] = []
     hours_left, amount_left, on_demand_left = total_hours, total_amount, total_on_demand
     for i, (month, piece_start, piece_end) in enumerate(months):
         if i == len(months) - 1:
@@ -215,7 +235,7 @@ def _price(start: datetime, end: datetime, price: Decimal, on_demand: Decimal) -
             hours_left -= hours
             amount_left -= amount
             on_demand_left -= on_demand_amount
-        pieces.append(_Piece(month, piece_start, piece_end, hours, amount, on_demand_amount))
+        pieces.append(PricedSpan(month, piece_start, piece_end, hours, amount, on_demand_amount))
     return pieces
 
 
@@ -248,7 +268,7 @@ def account(session: Session, now: datetime) -> int:
     written = 0
     for interval, instance in session.execute(stmt).tuples():
         end = interval.end if interval.end is not None else now  # the query asks for closed ones only
-        for piece in _price(interval.start, end, instance.price_amount, instance.on_demand_amount):
+        for piece in price_span(interval.start, end, instance.price_amount, instance.on_demand_amount):
             session.add(_record(interval, instance, piece))
             written += 1
         interval.accounted = True
@@ -293,7 +313,7 @@ def _continuation(interval: UsageIntervalRow, at: datetime) -> UsageIntervalRow:
     )
 
 
-def _record(interval: UsageIntervalRow, instance: InstanceRow, piece: _Piece) -> CostRecordRow:
+def _record(interval: UsageIntervalRow, instance: InstanceRow, piece: PricedSpan) -> CostRecordRow:
     return CostRecordRow(
         usage_interval_id=interval.id,
         month=piece.month,
@@ -343,6 +363,74 @@ def cost_lines(session: Session, month: str, now: datetime) -> list[CostLine]:
     return lines
 
 
+def spent_by_job(
+    session: Session,
+    job_ids: Iterable[str],
+    *,
+    fx: FxRates | None = None,
+    now: datetime | None = None,
+) -> dict[str, Money]:
+    """What each job has cost so far, for its budget; jobs that never ran are absent.
+
+    Written records plus closed intervals not yet accounted (a tick plans
+    before it accounts); open intervals too when ``now`` is given. A job that
+    ran in one currency gets that currency. One that ran on clouds billing in
+    different currencies needs ``fx`` and is given in ``fx.base``; without it
+    this raises ValueError rather than add yuan to dollars.
+    """
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    by_job: dict[str, list[Money]] = defaultdict(list)
+    rows = session.execute(
+        select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency).where(CostRecordRow.job_id.in_(ids))
+    )
+    for job_id, amount, currency in rows.tuples():
+        if job_id is not None:  # always, given in_(ids); says so to the type checker
+            by_job[job_id].append(Money(amount=amount, currency=currency))
+    pending = _with_instance().where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.job_id.in_(ids))
+    for line in _estimate(session.execute(pending).tuples(), utc(now) if now is not None else None):
+        if line.job_id is not None:
+            by_job[line.job_id].append(line.cost)
+    spent: dict[str, Money] = {}
+    for job_id, items in by_job.items():
+        currencies = {m.currency for m in items}
+        if len(currencies) == 1:
+            spent[job_id] = total(items, currencies.pop())
+        elif fx is not None:
+            spent[job_id] = total(items, fx.base, fx)
+        else:
+            raise ValueError(f"job {job_id} spent in {' and '.join(sorted(currencies))}: pass fx to add them up")
+    return spent
+
+
+# --- idle stops
+
+
+IdleAction = Literal["stopped", "terminated"]
+
+
+def record_idle_stop(session: Session, instance: InstanceRow, at: datetime, action: IdleAction) -> IdleStopRow:
+    """Note that the idle reaper stopped or terminated ``instance``: the report's "waste avoided"."""
+    if action not in ("stopped", "terminated"):
+        raise ValueError(f"idle stop action must be 'stopped' or 'terminated', not {action!r}")
+    row = IdleStopRow(
+        instance_id=instance.id,
+        at=utc(at),
+        action=action,
+        team=instance.team,
+        project=instance.project,
+        provider=instance.provider,
+        gpu=instance.gpu,
+        capacity=instance.capacity,
+        price_amount=instance.price_amount,
+        price_currency=instance.price_currency,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
 def _with_instance() -> Select[tuple[UsageIntervalRow, InstanceRow]]:
     return (
         select(UsageIntervalRow, InstanceRow)
@@ -351,10 +439,17 @@ def _with_instance() -> Select[tuple[UsageIntervalRow, InstanceRow]]:
     )
 
 
-def _estimate(rows: Iterable[tuple[UsageIntervalRow, InstanceRow]], now: datetime) -> Iterable[CostLine]:
+def _estimate(
+    rows: Iterable[tuple[UsageIntervalRow, InstanceRow]], now: datetime | None
+) -> Iterable[CostLine]:
+    """Price intervals on the fly: closed ones to their end, open ones to ``now`` (skipped if None)."""
     for interval, instance in rows:
-        end = min(utc(interval.end), now) if interval.end is not None else now
-        for piece in _price(interval.start, end, instance.price_amount, instance.on_demand_amount):
+        end = utc(interval.end) if interval.end is not None else now
+        if end is None:
+            continue
+        if now is not None:
+            end = min(end, now)
+        for piece in price_span(interval.start, end, instance.price_amount, instance.on_demand_amount):
             yield CostLine(
                 month=piece.month,
                 usage_interval_id=interval.id,
@@ -371,8 +466,9 @@ def _estimate(rows: Iterable[tuple[UsageIntervalRow, InstanceRow]], now: datetim
                 start=piece.start,
                 end=piece.end,
                 hours=piece.hours,
-                amount=Money(amount=piece.amount, currency=instance.price_currency),
-                on_demand_amount=Money(amount=piece.on_demand_amount, currency=instance.price_currency),
+                amount=piece.amount,
+                on_demand_amount=piece.on_demand_amount,
+                currency=instance.price_currency,
                 final=False,
             )
 
@@ -394,7 +490,8 @@ def _line_from_record(record: CostRecordRow) -> CostLine:
         start=utc(record.start),
         end=utc(record.end),
         hours=record.hours,
-        amount=Money(amount=record.amount, currency=record.currency),
-        on_demand_amount=Money(amount=record.on_demand_amount, currency=record.currency),
+        amount=record.amount,
+        on_demand_amount=record.on_demand_amount,
+        currency=record.currency,
         final=True,
     )

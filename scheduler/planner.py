@@ -24,6 +24,16 @@ The cost model (``_Timing``):
   hours x hourly price x nodes, converted into ``policy.currency``.
 * reserved capacity costs nothing more (already paid); a warm instance costs
   its capacity's hourly price and needs no boot.
+
+Deadlines (``_deadline_blockers``): the expected finish must leave
+``deadline_safety`` of the remaining time to spare, and spot must also survive
+a bad run (see there). Budgets count ``PlanJob.spent`` as well.
+
+Choice: reserved capacity first (no marginal cost), then the lowest expected
+cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
+by priority, deadline, submission and id; each fleet slot goes to one job.
+A job preempted ``max_preemptions_before_on_demand`` times leaves spot, unless
+its job file asks for spot only (its ``max_restarts`` bounds that elsewhere).
 """
 
 from __future__ import annotations
@@ -32,15 +42,19 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_CEILING, Decimal
-from typing import Literal, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
+from pydantic import Field
+
+from scheduler.errors import UserError
 from scheduler.models import Capacity, Frozen, JobSpec, Kind, Offer, Stock
-from scheduler.money import FxRates, Money
+from scheduler.money import Currency, FxRates, Money
 from scheduler.perf import Estimate, estimate
 
 MAX_ALTERNATIVES = 8
 
 Source = Literal["new", "warm", "reserved"]
+Measured = Mapping[tuple[str, str, int], float]  # perf.estimate's measured rates: (model, gpu, img_size) -> img/s
 Action = Literal["launch", "reuse", "wait", "refuse"]
 
 
@@ -66,12 +80,12 @@ class FleetSlot(Frozen):
 
 
 class PlannerPolicy(Frozen):
-    currency: str = "CNY"  # all costs compared in this currency
+    currency: Currency = "CNY"  # all costs compared in this currency
     fx: FxRates = FxRates()
-    boot_hours: float = 0.05  # launch -> running
-    restart_hours: float = 0.15  # after a spot interruption: boot + image pull + data/checkpoint download
-    deadline_safety: float = 0.1  # finish with this fraction of the remaining time to spare
-    max_preemptions_before_on_demand: int = 3
+    boot_hours: float = Field(default=0.05, ge=0)  # launch -> running
+    restart_hours: float = Field(default=0.15, ge=0)  # after a spot reclaim: boot + image pull + data/checkpoint
+    deadline_safety: float = Field(default=0.1, ge=0, lt=1)  # finish with this share of the remaining time spare
+    max_preemptions_before_on_demand: int = Field(default=3, ge=0)
 
 
 class Option(Frozen):
@@ -104,17 +118,32 @@ class Decision(Frozen):
 
 # --- blockers ---------------------------------------------------------------------
 
-_TRANSIENT = frozenset({"stock", "avoid", "taken"})
+BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
+                      "reservation"]
+_TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 
 
 @dataclass(frozen=True)
 class _Blocker:
-    kind: Literal["stock", "avoid", "taken", "memory", "deadline", "spot_risk", "budget", "reservation"]
+    kind: BlockerKind
     text: str
+    holder: str | None = None  # "taken": the job the slot went to
 
     @property
     def transient(self) -> bool:
         return self.kind in _TRANSIENT
+
+
+@dataclass(frozen=True)
+class _Market:
+    """Everything a plan() call sees besides the job, and the slots already handed out."""
+
+    offers: Sequence[Offer]
+    slots: Sequence[FleetSlot]  # canonical order: a slot's index is its identity
+    now: datetime
+    policy: PlannerPolicy
+    measured: Measured | None
+    taken: dict[int, str]  # slot index -> the job it went to
 
 
 @dataclass(frozen=True)
@@ -245,21 +274,26 @@ def _hours_td(hours: float) -> timedelta:
 # --- scoring ----------------------------------------------------------------------
 
 
-def _score(job: PlanJob, cand: _Candidate, est: Estimate, now: datetime, policy: PlannerPolicy,
-           taken: dict[int, str]) -> _Scored:
-    spec, offer = job.spec, cand.offer
+def _score(job: PlanJob, cand: _Candidate, est: Estimate | str, m: _Market) -> _Scored:
+    """One candidate as an Option with its blockers. ``est`` is a message when it cannot be estimated."""
+    spec, offer, policy, now = job.spec, cand.offer, m.policy, m.now
     blockers: list[_Blocker] = []
     if cand.source == "new":
         if offer.stock(cand.capacity) is Stock.sold_out:
             blockers.append(_Blocker("stock", "sold out"))
         if f"{offer.key}|{cand.capacity.value}" in job.avoid:
             blockers.append(_Blocker("avoid", "recently out of capacity"))
-    if cand.slot is not None and cand.slot in taken:
-        blockers.append(_Blocker("taken", f"held for higher-priority job {taken[cand.slot]}"))
+    if cand.slot is not None and cand.slot in m.taken:
+        holder = m.taken[cand.slot]
+        blockers.append(_Blocker("taken", f"held for higher-priority job {holder}", holder))
 
-    fits = est.fits and math.isfinite(est.hours)
-    timing = _timing(spec, est, cand.capacity, offer.spot_interruptions_per_hour, policy) if fits \
-        else _Timing(0.0, 0.0, 0.0)
+    if isinstance(est, str):
+        blockers.append(_Blocker("estimate", est))
+    elif not est.fits or not math.isfinite(est.hours):
+        blockers.append(_Blocker("memory", est.why_not or f"does not fit in {offer.gpu} memory"))
+    usable = isinstance(est, Estimate) and not any(b.kind in ("estimate", "memory") for b in blockers)
+    timing = _timing(spec, est, cand.capacity, offer.spot_interruptions_per_hour, policy) \
+        if usable and isinstance(est, Estimate) else _Timing(0.0, 0.0, 0.0)
     start = now if cand.source == "warm" else now + _hours_td(policy.boot_hours)
     finish = start + _hours_td(timing.hours)
     hourly = _hourly(cand, spec.resources.nodes, policy)
@@ -267,13 +301,12 @@ def _score(job: PlanJob, cand: _Candidate, est: Estimate, now: datetime, policy:
 
     needed: datetime | None = None
     budget_total: Money | None = None
-    if not fits:
-        blockers.append(_Blocker("memory", est.why_not or f"does not fit in {offer.gpu} memory"))
-    else:
+    if usable:
         needed = _needed_deadline(now, finish, start + _hours_td(timing.worst_hours), cand.capacity, policy)
         blockers.extend(_deadline_blockers(job.deadline_at, now, finish, start, timing, cand.capacity, policy))
         if cand.until is not None and finish > cand.until:
-            blockers.append(_Blocker("reservation", f"reservation ends {_fmt_time(cand.until)}, before the job would"))
+            blockers.append(_Blocker("reservation", f"reservation ends {_fmt_time(cand.until)}, "
+                                                    "before the expected finish"))
         budget = spec.policy.budget
         if budget is not None:
             budget_total = policy.fx.convert(cost, budget.currency)
@@ -287,8 +320,8 @@ def _score(job: PlanJob, cand: _Candidate, est: Estimate, now: datetime, policy:
         gpu=offer.gpu, gpu_count=offer.gpu_count, capacity=cand.capacity, source=cand.source,
         instance_id=cand.instance_id, est_hours=round(timing.hours, 4), price_per_hour=hourly,
         est_cost=cost, finish_by=finish, expected_interruptions=round(timing.interruptions, 4),
-        physical_batch=est.physical_batch, feasible=not blockers,
-        why="; ".join(b.text for b in blockers) if blockers else _feasible_why(cand, job.deadline_at, finish),
+        physical_batch=est.physical_batch if isinstance(est, Estimate) else None, feasible=not blockers,
+        why="; ".join(b.text for b in blockers) if blockers else "feasible",
     )
     return _Scored(option, cand.slot, tuple(blockers), needed, budget_total)
 
@@ -297,10 +330,10 @@ def _deadline_blockers(deadline: datetime | None, now: datetime, finish: datetim
                        timing: _Timing, capacity: Capacity, policy: PlannerPolicy) -> list[_Blocker]:
     """Expected finish must leave ``deadline_safety`` of the remaining time to spare.
 
-    Spot must also survive its bad case: if it is interrupted 1.5 x as often as
-    expected plus once more late in the run, and the rest runs on-demand (same
-    type, same speed), it must still finish by the deadline itself. The safety
-    margin covers estimate error; this net covers interruption bad luck.
+    Spot must also survive its bad case: interrupted 1.5 x as often as expected,
+    plus once more late in the run, with the rest then run on-demand (same type,
+    same speed), it must still finish by the deadline itself. The safety margin
+    covers estimate error; this net covers interruption bad luck.
     """
     if deadline is None:
         return []
@@ -309,44 +342,32 @@ def _deadline_blockers(deadline: datetime | None, now: datetime, finish: datetim
         if finish > deadline:
             text = f"misses deadline by {_hours(finish - deadline)}"
         else:
-            text = f"finishes {_hours(deadline - finish)} before the deadline, inside the {_hours(margin)} safety margin"
+            text = (f"finishes {_hours(deadline - finish)} before the deadline, "
+                    f"inside the {_hours(margin)} safety margin")
         return [_Blocker("deadline", text)]
     if capacity is Capacity.spot:
         worst = start + _hours_td(timing.worst_hours)
         if worst > deadline:
-            return [_Blocker("spot_risk", f"too risky on spot: a late interruption would miss the deadline by "
+            return [_Blocker("spot_risk", "too risky on spot: a late interruption would miss the deadline by "
                                           f"{_hours(worst - deadline)}")]
     return []
 
 
 def _needed_deadline(now: datetime, finish: datetime, worst: datetime, capacity: Capacity,
                      policy: PlannerPolicy) -> datetime:
-    """The earliest deadline this option would meet (inverse of ``_deadline_blockers``)."""
+    """The earliest deadline this option would meet (the inverse of ``_deadline_blockers``)."""
     need = now + (finish - now) / (1 - policy.deadline_safety)
-    if capacity is Capacity.spot:
-        need = max(need, worst)
-    return need
-
-
-def _feasible_why(cand: _Candidate, deadline: datetime | None, finish: datetime) -> str:
-    if cand.capacity is Capacity.reserved:
-        head = "reserved capacity, already paid"
-    elif cand.source == "warm":
-        head = "warm instance, no boot"
-    else:
-        head = "meets the deadline" if deadline is not None else "no deadline"
-    if deadline is not None:
-        return f"{head}; {_hours(deadline - finish)} to spare"
-    return head
+    return max(need, worst) if capacity is Capacity.spot else need
 
 
 def _sort_key(s: _Scored) -> tuple:
+    """Feasible first, then waiting on stock, then the rest; within each: reserved, cost, warm, finish."""
     o = s.option
     if s.feasible:
         rank = 0
     elif s.only_transient:
         rank = 1
-    elif s.has("memory"):
+    elif s.has("memory") or s.has("estimate"):
         rank = 3
     else:
         rank = 2
@@ -355,16 +376,19 @@ def _sort_key(s: _Scored) -> tuple:
             o.gpu, o.gpu_count)
 
 
-def _score_all(job: PlanJob, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime,
-               policy: PlannerPolicy, taken: dict[int, str]) -> list[_Scored]:
-    estimates: dict[tuple[str, int, int], Estimate] = {}
+def _score_all(job: PlanJob, m: _Market) -> list[_Scored]:
+    estimates: dict[tuple[str, int, int], Estimate | str] = {}
     scored = []
-    for cand in _candidates(job, offers, slots, policy):
+    for cand in _candidates(job, m.offers, m.slots, m.policy):
         k = (cand.offer.gpu, cand.offer.gpu_count, cand.offer.vcpus)
         if k not in estimates:
-            estimates[k] = estimate(job.spec, cand.offer.gpu, cand.offer.gpu_count, cand.offer.vcpus,
-                                    epochs_done=job.epochs_done, nodes=job.spec.resources.nodes)
-        scored.append(_score(job, cand, estimates[k], now, policy, taken))
+            try:
+                estimates[k] = estimate(job.spec, cand.offer.gpu, cand.offer.gpu_count, cand.offer.vcpus,
+                                        epochs_done=job.epochs_done, nodes=job.spec.resources.nodes,
+                                        measured=m.measured)
+            except UserError as exc:  # an unknown GPU, or a job file the model cannot size
+                estimates[k] = str(exc).replace("\n  fix:", ":")
+        scored.append(_score(job, cand, estimates[k], m))
     scored.sort(key=_sort_key)
     return scored
 
@@ -373,26 +397,30 @@ def _score_all(job: PlanJob, offers: Sequence[Offer], slots: Sequence[FleetSlot]
 
 
 def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
-                policy: PlannerPolicy) -> list[Option]:
-    """Every candidate the job's filters allow, with feasibility and why, best first."""
-    return [s.option for s in _score_all(job, offers, _canonical_fleet(fleet), now, policy, {})]
+                policy: PlannerPolicy, *, measured: Measured | None = None) -> list[Option]:
+    """Every candidate the job's filters allow, with feasibility and why, best first.
+
+    When the job has a feasible option, the first one here equals the choice
+    ``plan`` makes for this job alone.
+    """
+    m = _Market(offers, _canonical_fleet(fleet), now, policy, measured, {})
+    return _ranked_options(job, _score_all(job, m))
 
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
-         policy: PlannerPolicy) -> list[Decision]:
+         policy: PlannerPolicy, *, measured: Measured | None = None) -> list[Decision]:
     """One decision per job, in planning order (priority desc, deadline asc, submitted asc, id).
 
-    Each fleet slot goes to at most one job: the first job in planning order that
-    chooses it; later jobs see it as held.
+    Each fleet slot goes to at most one job: the first in planning order that
+    chooses it; later jobs see it as held. ``measured`` passes learned training
+    rates on to ``perf.estimate``.
     """
-    slots = _canonical_fleet(fleet)
-    taken: dict[int, str] = {}
+    m = _Market(offers, _canonical_fleet(fleet), now, policy, measured, {})
     decisions = []
     for job in sorted(jobs, key=_planning_order):
-        scored = _score_all(job, offers, slots, now, policy, taken)
-        decision, slot = _decide(job, scored, offers, slots, now, policy, taken)
+        decision, slot = _decide(job, _score_all(job, m), m)
         if slot is not None:
-            taken[slot] = job.id
+            m.taken[slot] = job.id
         decisions.append(decision)
     return decisions
 
@@ -405,34 +433,58 @@ def _planning_order(job: PlanJob) -> tuple:
 # --- decisions --------------------------------------------------------------------
 
 
-def _decide(job: PlanJob, scored: list[_Scored], offers: Sequence[Offer], slots: Sequence[FleetSlot],
-            now: datetime, policy: PlannerPolicy, taken: dict[int, str]) -> tuple[Decision, int | None]:
-    feasible = [s for s in scored if s.feasible]
-    if feasible:
-        best = feasible[0]
-        choice = best.option.model_copy(update={"why": _choice_why(best.option, job)})
-        rest = [_vs_choice(s.option, choice) for s in scored if s is not best][:MAX_ALTERNATIVES]
-        action: Action = "launch" if best.option.source == "new" else "reuse"
-        return Decision(job_id=job.id, action=action, choice=choice, alternatives=tuple(rest),
-                        reason=_choice_reason(choice, job)), best.slot
-    alternatives = tuple(s.option for s in scored[:MAX_ALTERNATIVES])
+def _decide(job: PlanJob, scored: list[_Scored], m: _Market) -> tuple[Decision, int | None]:
+    options = _ranked_options(job, scored)
+    if scored and scored[0].feasible:
+        choice = options[0]
+        action: Action = "launch" if choice.source == "new" else "reuse"
+        return Decision(job_id=job.id, action=action, choice=choice, alternatives=_runners_up(options[1:], choice),
+                        reason=_choice_reason(choice, job)), scored[0].slot
+    alternatives = _runners_up(options, None)
     waiting = [s for s in scored if s.only_transient]
     if waiting:
         return Decision(job_id=job.id, action="wait", choice=None, alternatives=alternatives,
                         reason=_wait_reason(waiting)), None
     if not scored and job.spec.policy.capacity == "reserved":
-        # Free reserved units come and go as other jobs finish: wait rather than refuse.
+        # Units of reserved capacity free up as other jobs finish: wait rather than refuse.
         return Decision(job_id=job.id, action="wait", choice=None, alternatives=(),
-                        reason="no free reserved capacity matches the job; waiting for a unit to free up "
-                               "(or set policy.capacity: auto)"), None
-    reason = _refusal(job, scored, offers, slots, now, policy, taken)
-    return Decision(job_id=job.id, action="refuse", choice=None, alternatives=alternatives, reason=reason), None
+                        reason="waiting: no free reserved capacity matches the job "
+                               "(set policy.capacity: auto to use spot or on-demand)"), None
+    return Decision(job_id=job.id, action="refuse", choice=None, alternatives=alternatives,
+                    reason=_refusal(job, scored, m)), None
+
+
+def _runners_up(options: list[Option], choice: Option | None) -> tuple[Option, ...]:
+    """The best few, one per cloud, region, type and capacity: other zones of the same type add nothing."""
+    seen = set() if choice is None else {_shape(choice)}
+    out: list[Option] = []
+    for o in options:
+        if _shape(o) not in seen:
+            seen.add(_shape(o))
+            out.append(o)
+            if len(out) == MAX_ALTERNATIVES:
+                break
+    return tuple(out)
+
+
+def _shape(o: Option) -> tuple[str, ...]:
+    return (o.provider, o.region, o.instance_type, o.capacity.value, o.source, o.instance_id or "")
+
+
+def _ranked_options(job: PlanJob, scored: list[_Scored]) -> list[Option]:
+    """The options best first; feasible ones say why they won, or how they compare with the winner."""
+    if not scored or not scored[0].feasible:
+        return [s.option for s in scored]
+    choice = scored[0].option
+    choice = choice.model_copy(update={"why": _choice_why(choice, job)})
+    return [choice, *(_vs_choice(s.option, choice) for s in scored[1:])]
 
 
 def _choice_why(o: Option, job: PlanJob) -> str:
     if o.capacity is Capacity.reserved:
-        return "reserved capacity, already paid"
-    what = "cheapest meeting the deadline" if job.deadline_at is not None else "cheapest"
+        what = "reserved capacity, already paid"
+    else:
+        what = "cheapest meeting the deadline" if job.deadline_at is not None else "cheapest"
     return f"{what}; warm, no boot" if o.source == "warm" else what
 
 
@@ -450,8 +502,8 @@ def _vs_choice(o: Option, choice: Option) -> Option:
 
 def _choice_reason(o: Option, job: PlanJob) -> str:
     plan_text = f"~{o.est_hours:.1f} h, ~{o.est_cost}, done by {_fmt_time(o.finish_by)}"
-    if o.capacity is not Capacity.reserved and o.expected_interruptions > 0:
-        plan_text += f", {o.expected_interruptions:.1f} spot interruptions expected"
+    if o.expected_interruptions >= 0.05:
+        plan_text += f", ~{o.expected_interruptions:.1f} spot interruptions expected"
     if o.source == "warm":
         return f"reusing warm instance {o.instance_id} ({_label(o)}), no boot: {plan_text}"
     if o.capacity is Capacity.reserved:
@@ -461,14 +513,13 @@ def _choice_reason(o: Option, job: PlanJob) -> str:
 
 
 def _wait_reason(waiting: list[_Scored]) -> str:
-    counts = {kind: sum(1 for s in waiting if s.has(kind)) for kind in ("stock", "avoid", "taken")}
     parts = []
-    if counts["stock"]:
-        parts.append(f"sold out ({counts['stock']})")
-    if counts["avoid"]:
-        parts.append(f"recently out of capacity ({counts['avoid']})")
-    if counts["taken"]:
-        holders = sorted({b.text.rsplit(" ", 1)[-1] for s in waiting for b in s.blockers if b.kind == "taken"})
+    for kind, text in (("stock", "sold out"), ("avoid", "recently out of capacity")):
+        count = sum(1 for s in waiting if s.has(kind))
+        if count:
+            parts.append(f"{text} ({count})")
+    holders = sorted({b.holder for s in waiting for b in s.blockers if b.holder is not None})
+    if holders:
         parts.append(f"held for higher-priority job {', '.join(holders)}")
     best = waiting[0].option
     return (f"waiting: every option that meets the deadline and budget is {' or '.join(parts)}; "
@@ -478,49 +529,56 @@ def _wait_reason(waiting: list[_Scored]) -> str:
 # --- refusals ---------------------------------------------------------------------
 
 
-def _refusal(job: PlanJob, scored: list[_Scored], offers: Sequence[Offer], slots: Sequence[FleetSlot],
-             now: datetime, policy: PlannerPolicy, taken: dict[int, str]) -> str:
+def _refusal(job: PlanJob, scored: list[_Scored], m: _Market) -> str:
     """Why nothing can work even once stock returns, and what in the job file to change."""
-    spec = job.spec
     if not scored:
-        return _no_match_reason(job, offers, slots, policy)
-    fitting = [s for s in scored if not s.has("memory")]
+        return _no_match_reason(job, m)
+    fitting = [s for s in scored if not (s.has("memory") or s.has("estimate"))]
     if not fitting:
-        why = next(b.text for b in scored[0].blockers if b.kind == "memory")
-        fix = _relaxation_hints(job, offers, slots, now, policy, taken) or ["use a smaller model or img_size"]
-        return f"{spec.model} does not fit in the memory of any allowed GPU ({why}): {' or '.join(fix)}"
-    on_time = [s for s in fitting if not (s.has("deadline") or s.has("spot_risk") or s.has("reservation"))]
-    if not on_time:
-        fastest = min(fitting, key=lambda s: (s.needed_deadline, _sort_key(s)))
-        assert job.deadline_at is not None and fastest.needed_deadline is not None
-        o, deadline = fastest.option, job.deadline_at
-        if o.finish_by > deadline:
-            when = f"{_hours(o.finish_by - deadline)} after the deadline"
-        else:
-            when = f"inside the {policy.deadline_safety:.0%} safety margin before the deadline"
-        fix = [f"move the deadline to {_fmt_time(_ceil_minute(fastest.needed_deadline))} or later",
-               *_relaxation_hints(job, offers, slots, now, policy, taken)]
-        return f"fastest option ({_label(o)}) finishes {_fmt_time(o.finish_by)}, {when}: {' or '.join(fix)}"
-    over = [s for s in on_time if s.has("budget")]
-    if over and spec.policy.budget is not None:
-        cheapest = min(over, key=lambda s: (s.budget_total.amount if s.budget_total else Decimal(0), _sort_key(s)))
-        budget = spec.policy.budget
-        assert cheapest.budget_total is not None
-        cost = policy.fx.convert(cheapest.option.est_cost, budget.currency)
-        spent = f" plus {policy.fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
-        need = Money(amount=cheapest.budget_total.amount.to_integral_value(rounding=ROUND_CEILING),
-                     currency=budget.currency)
-        fix = [f"raise policy.budget to at least {need.amount} {need.currency}",
-               *_relaxation_hints(job, offers, slots, now, policy, taken)]
-        return (f"cheapest option meeting the deadline costs {cost}{spent}, over the {budget} budget: "
-                f"{' or '.join(fix)}")
+        memory = [b.text for s in scored for b in s.blockers if b.kind == "memory"]
+        if not memory:
+            return f"cannot estimate the job: {scored[0].blockers[-1].text}"
+        fix = _relaxation_hints(job, m) or ["use a smaller model or img_size"]
+        return f"the job fits no allowed GPU ({memory[0]}): {' or '.join(fix)}"
+    on_time = [s for s in fitting if not (s.has("deadline") or s.has("spot_risk"))]
+    if not on_time and job.deadline_at is not None:
+        return _deadline_refusal(job, fitting, m)
+    over = [s for s in on_time if s.has("budget") and s.budget_total is not None]
+    if over:
+        return _budget_refusal(job, over, m)
     return f"no option is feasible; the best one: {scored[0].option.why}"
 
 
-def _no_match_reason(job: PlanJob, offers: Sequence[Offer], slots: Sequence[FleetSlot],
-                     policy: PlannerPolicy) -> str:
+def _deadline_refusal(job: PlanJob, fitting: list[_Scored], m: _Market) -> str:
+    fastest = min(fitting, key=lambda s: (s.needed_deadline or m.now, _sort_key(s)))
+    assert job.deadline_at is not None and fastest.needed_deadline is not None
+    o, deadline = fastest.option, job.deadline_at
+    if o.finish_by > deadline:
+        when = f"{_hours(o.finish_by - deadline)} after the deadline"
+    else:
+        when = f"inside the {m.policy.deadline_safety:.0%} safety margin before the deadline"
+    fix = [f"move the deadline to {_fmt_time(_ceil_minute(fastest.needed_deadline))} or later",
+           *_relaxation_hints(job, m)]
+    return f"fastest option ({_label(o)}) finishes {_fmt_time(o.finish_by)}, {when}: {' or '.join(fix)}"
+
+
+def _budget_refusal(job: PlanJob, over: list[_Scored], m: _Market) -> str:
+    budget = job.spec.policy.budget
+    assert budget is not None
+    cheapest = min(over, key=lambda s: (s.budget_total.amount if s.budget_total else Decimal(0), _sort_key(s)))
+    assert cheapest.budget_total is not None
+    cost = m.policy.fx.convert(cheapest.option.est_cost, budget.currency)
+    spent = f" plus {m.policy.fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
+    need = cheapest.budget_total.amount.to_integral_value(rounding=ROUND_CEILING)
+    fix = [f"raise policy.budget to at least {need} {budget.currency}", *_relaxation_hints(job, m)]
+    what = "cheapest option meeting the deadline" if job.deadline_at is not None else "cheapest option"
+    return f"{what} costs {cost}{spent}, over the {budget} budget: {' or '.join(fix)}"
+
+
+def _no_match_reason(job: PlanJob, m: _Market) -> str:
     spec = job.spec
-    wanted = [f"{spec.resources.gpu_count} x {'/'.join(spec.resources.gpus) if spec.resources.gpus else 'any GPU'}"]
+    gpus = "/".join(spec.resources.gpus) if spec.resources.gpus else "any GPU"
+    wanted = [f"{spec.resources.gpu_count} x {gpus}"]
     if spec.where.providers:
         wanted.append(f"on {'/'.join(spec.where.providers)}")
     if spec.where.regions:
@@ -529,19 +587,22 @@ def _no_match_reason(job: PlanJob, offers: Sequence[Offer], slots: Sequence[Flee
         wanted.append(f"as {spec.policy.capacity}")
     fixes = []
     for relaxed, describe in _relaxations(job):
-        cands = _candidates(relaxed, offers, slots, policy)
+        cands = _candidates(relaxed, m.offers, m.slots, m.policy)
         if cands:
             first = min(cands, key=lambda c: (c.offer.key, c.capacity.value))
             fixes.append(describe(first.offer, first.capacity))
     if not fixes:
-        fixes = [f"no offer anywhere has {spec.resources.gpu_count} GPU(s) per machine: change resources.gpu_count"]
+        fixes = [f"no offer has {spec.resources.gpu_count} GPU(s) per machine: change resources.gpu_count"]
     return f"no offer matches the job ({' '.join(wanted)}): {' or '.join(fixes)}"
 
 
-def _relaxations(job: PlanJob) -> list[tuple[PlanJob, object]]:
+_Hint = Callable[["Offer | Option", Capacity], str]  # both carry gpu, region and provider
+
+
+def _relaxations(job: PlanJob) -> list[tuple[PlanJob, _Hint]]:
     """The job with one of its own filters lifted, and how to tell the user to lift it."""
     spec = job.spec
-    out: list[tuple[PlanJob, object]] = []
+    out: list[tuple[PlanJob, _Hint]] = []
 
     def with_spec(**update: object) -> PlanJob:
         return job.model_copy(update={"spec": spec.model_copy(update=update)})
@@ -561,15 +622,13 @@ def _relaxations(job: PlanJob) -> list[tuple[PlanJob, object]]:
     return out
 
 
-def _relaxation_hints(job: PlanJob, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime,
-                      policy: PlannerPolicy, taken: dict[int, str]) -> list[str]:
-    """For each filter of the job that, lifted alone, yields an option (stock permitting), say how."""
-    hints = []
+def _relaxation_hints(job: PlanJob, m: _Market) -> list[str]:
+    """For each filter of the job that, lifted alone, yields a usable option (stock permitting), say how."""
+    hints: list[str] = []
     for relaxed, describe in _relaxations(job):
-        usable = [s for s in _score_all(relaxed, offers, slots, now, policy, taken)
-                  if s.feasible or s.only_transient]
+        usable = [s.option for s in _score_all(relaxed, m) if s.feasible or s.only_transient]
         if usable:
-            hint = describe(usable[0].option, usable[0].option.capacity)  # type: ignore[operator]
+            hint = describe(usable[0], usable[0].capacity)
             if hint not in hints:
                 hints.append(hint)
     return hints
@@ -579,8 +638,7 @@ def _relaxation_hints(job: PlanJob, offers: Sequence[Offer], slots: Sequence[Fle
 
 
 def _label(o: Option) -> str:
-    nodes = ""
-    return f"{o.provider} {o.instance_type}{nodes} {o.capacity.value} in {o.zone}"
+    return f"{o.provider} {o.instance_type} {o.capacity.value} in {o.zone}"
 
 
 def _hours(delta: timedelta) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import io
 import os
 import re
@@ -30,7 +31,6 @@ from scheduler.clock import utc
 from scheduler.errors import UserError
 from scheduler.models import Frozen
 from scheduler.money import CURRENCIES, FxRates, Money
-
 from scheduler.tables import CostRecordRow, IdleStopRow, JobRow, UsageIntervalRow
 
 NO_PROJECT = "(no project)"
@@ -112,6 +112,7 @@ class MonthlyReport(Frozen):
     idle_hours: Decimal
     idle_cost: Money
     idle_stops: int
+    idle_assumed_hours: Decimal  # the assumption behind the two figures below
     idle_hours_avoided: Decimal
     idle_cost_avoided: Money
     by_team: tuple[Breakdown, ...]
@@ -335,7 +336,7 @@ def _idle_avoided(
     starts: dict[str, list[datetime]] = defaultdict(list)
     for instance_id, began in session.execute(
         select(UsageIntervalRow.instance_id, UsageIntervalRow.start).where(
-            UsageIntervalRow.instance_id.in_({s.instance_id for s in stops}), UsageIntervalRow.start > start
+            UsageIntervalRow.instance_id.in_(sorted({s.instance_id for s in stops})), UsageIntervalRow.start > start
         )
     ):
         starts[instance_id].append(utc(began))
@@ -365,7 +366,7 @@ def _jobs(
         first_seen.setdefault(line.job_id, line)
     if not this_month:
         return ()
-    ids = set(this_month)
+    ids = sorted(this_month)
     rows = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
     earlier: dict[str, Decimal] = defaultdict(Decimal)
     for job_id, amount, cur in session.execute(
@@ -443,6 +444,8 @@ def build_report(
     start, end = month_bounds(month)
     if currency not in CURRENCIES:
         raise UserError(f"unknown report currency {currency!r}", fix=f"use one of {', '.join(CURRENCIES)}")
+    if idle_assumed_hours < 0:
+        raise UserError("idle_assumed_hours cannot be negative", fix="give the hours an idle machine would have run")
     now = utc(now)
     records = session.scalars(
         select(CostRecordRow).where(CostRecordRow.month == month).order_by(CostRecordRow.start, CostRecordRow.id)
@@ -459,7 +462,7 @@ def build_report(
 
     own_notes = [
         "Amounts are converted to {} at configured rates: {}.".format(
-            currency, "; ".join(f"1 {cur} = {rate.normalize():f} {currency}" for cur, rate in rates.items())
+            currency, "; ".join(f"1 {cur} = {rate:.6g} {currency}" for cur, rate in rates.items())
         ),
         f"Idle waste avoided is an estimate, not a bill: each machine the idle reaper stopped is assumed to "
         f"have kept billing for {idle_assumed_hours.normalize():f} h, or until it next started billing, "
@@ -470,6 +473,10 @@ def build_report(
     ]
     if now < end:
         own_notes.append(f"The month is not over: figures run up to {now:%Y-%m-%d %H:%M} UTC.")
+    if any(l.capacity == "reserved" for l in lines):
+        own_notes.append(
+            "Reserved machines are prepaid: they show no cost here, and their on-demand value counts as savings."
+        )
     if open_lines:
         own_notes.append(f"Includes {len(open_lines)} still-running interval(s) priced up to the report time.")
 
@@ -489,6 +496,7 @@ def build_report(
         idle_hours=sum((l.hours for l in lines if l.kind == "idle"), Decimal(0)),
         idle_cost=_m(sum((l.cost for l in lines if l.kind == "idle"), Decimal(0)), currency),
         idle_stops=stops,
+        idle_assumed_hours=idle_assumed_hours,
         idle_hours_avoided=avoided_hours,
         idle_cost_avoided=_m(avoided_cost, currency),
         by_team=_breakdown(lines, lambda l: l.team, total, currency),
@@ -508,6 +516,7 @@ def build_report(
 # Rounding lives here and only here: money to cents, hours and percentages to one place.
 
 _ONE_PLACE = Decimal("0.1")
+_CENT = Decimal("0.01")
 
 
 def fmt_money(money: Money) -> str:
@@ -562,7 +571,7 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlabel(cur)
     ax.set_title("Spend by team and capacity type")
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     charts = {"team_capacity": png(fig)}
 
     fig = Figure(figsize=(7.5, 3))
@@ -572,6 +581,7 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
     busy = [float(d.cost.amount) - i for d, i in zip(report.by_day, idle)]
     ax.bar(days, busy, label="busy", color="#264653")
     ax.bar(days, idle, bottom=busy, label="idle", color="#f4a261")
+    ax.set_xlim(0.4, len(days) + 0.6)
     ax.set_xlabel(f"day of {report.month} (UTC)")
     ax.set_ylabel(cur)
     ax.set_title("Daily spend")
@@ -598,35 +608,35 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
     return charts
 
 
-_env: Environment | None = None
-
-
+@functools.cache
 def _environment() -> Environment:
-    global _env
-    if _env is None:
-        env = Environment(
-            loader=PackageLoader("scheduler", "templates"),
-            autoescape=True,  # team and job names are user input
-            undefined=StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct)
-        _env = env
-    return _env
+    env = Environment(
+        loader=PackageLoader("scheduler", "templates"),
+        autoescape=True,  # team and job names are user input
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct)
+    return env
 
 
 def render_html(report: MonthlyReport) -> str:
     """A self-contained HTML page: styles inline, charts embedded as PNG data URIs."""
     template = _environment().get_template("report.html.j2")
-    return template.render(r=report, charts=render_charts(report), breakdowns=BREAKDOWNS)
+    return template.render(
+        r=report,
+        charts=render_charts(report),
+        breakdowns=BREAKDOWNS,
+        last_day=(report.period_end - timedelta(days=1)).date(),
+    )
 
 
 CSV_COLUMNS = ("section", "key", "hours", "cost", "currency", "on_demand_equivalent", "share_pct")
 
 
-def _csv_num(value: Decimal | None, places: str) -> str:
-    return "" if value is None else str(value.quantize(Decimal(places), rounding=ROUND_HALF_EVEN))
+def _csv_num(value: Decimal | None) -> str:
+    return "" if value is None else str(value.quantize(_CENT, rounding=ROUND_HALF_EVEN))
 
 
 def render_csv(report: MonthlyReport) -> str:
@@ -635,18 +645,10 @@ def render_csv(report: MonthlyReport) -> str:
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_COLUMNS)
 
-    def row(section: str, key: str, hours: Decimal | None, cost: Money, od: Money | None, share: Decimal | None) -> None:
-        out.writerow(
-            (
-                section,
-                key,
-                _csv_num(hours, "0.01"),
-                _csv_num(cost.amount, "0.01"),
-                cost.currency,
-                _csv_num(od.amount if od else None, "0.01"),
-                _csv_num(share, "0.01"),
-            )
-        )
+    def row(section: str, key: str, hours: Decimal | None, cost: Money, od: Money | None, pct: Decimal | None) -> None:
+        od_amount = od.amount if od else None
+        num = _csv_num
+        out.writerow((section, key, num(hours), num(cost.amount), cost.currency, num(od_amount), num(pct)))
 
     r = report
     row("total", r.month, r.busy_hours + r.idle_hours, r.total, r.on_demand_equivalent, _HUNDRED if r.records else None)
@@ -673,7 +675,8 @@ def _md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str
 
 def render_markdown(report: MonthlyReport) -> str:
     r = report
-    lines = [f"# GPU spend report {r.month}", "", f"Generated {r.generated_at:%Y-%m-%d %H:%M} UTC, in {r.currency}.", ""]
+    lines = [f"# GPU spend report {r.month}", "", f"Generated {r.generated_at:%Y-%m-%d %H:%M} UTC, in {r.currency}."]
+    lines.append("")
     if r.records == 0:
         lines += ["No spend recorded for this month.", ""]
     else:
@@ -688,7 +691,8 @@ def render_markdown(report: MonthlyReport) -> str:
                 ("Idle hours", fmt_hours(r.idle_hours)),
                 ("Paid for idle machines", fmt_money(r.idle_cost)),
                 ("Idle stops", str(r.idle_stops)),
-                ("Idle cost avoided (estimate)", f"{fmt_money(r.idle_cost_avoided)} ({fmt_hours(r.idle_hours_avoided)} h)"),
+                ("Idle cost avoided (estimate)", fmt_money(r.idle_cost_avoided)),
+                ("Idle hours avoided (estimate)", fmt_hours(r.idle_hours_avoided)),
             ],
         )
         for _, attr, title in BREAKDOWNS:
@@ -696,9 +700,10 @@ def render_markdown(report: MonthlyReport) -> str:
             lines += _md_table(
                 (title, "hours", "cost", "on-demand equivalent", "share"),
                 [
-                    (b.key, fmt_hours(b.hours), fmt_money(b.cost), fmt_money(b.on_demand_equivalent), fmt_pct(b.share_pct))
+                    (b.key, fmt_hours(b.hours), fmt_money(b.cost), fmt_money(b.on_demand_equivalent),
+                     fmt_pct(b.share_pct))
                     for b in getattr(r, attr)
-                ],
+                ],  # fmt: skip
             )
         if r.budget_vs_actual:
             lines += ["## Budget vs actual", ""]

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
 from scheduler.models import ReservedCapacity
@@ -42,7 +43,7 @@ class Settings(BaseSettings):
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed).
     backend: Literal["sandbox"] = "sandbox"
-    providers: list[Literal["aws", "alibaba", "tencent"]] = ["aws", "alibaba", "tencent"]
+    providers: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = ["aws", "alibaba", "tencent"]
     stopped_retention_hours: float = Field(default=24.0, ge=0)  # then a stopped machine is terminated
     reserved: list[ReservedCapacity] = []
 
@@ -101,3 +102,5 @@ def load_settings(**overrides: object) -> Settings:
             field = ".".join(str(p) for p in err["loc"])
             lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}")
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines), fix="see .env.example") from None
+    except PydanticSettingsError as exc:  # a value that is not valid JSON where JSON is expected
+        raise SettingsError(f"invalid settings: {exc}", fix="see .env.example") from None

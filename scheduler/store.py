@@ -55,7 +55,7 @@ class Store:
     """Owns the engine. ``Store(url)``, then ``migrate()``, then ``session()`` as needed."""
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, echo: bool = False) -> None:
-        self.url = _normalise_url(url)
+        self.url = parse_url(url)
         self.busy_timeout_ms = busy_timeout_ms
         try:
             if self.url.get_backend_name() == "sqlite":
@@ -139,6 +139,10 @@ class Store:
                 session.rollback()
                 raise
 
+    def try_lock(self, session: Session, name: str) -> bool:
+        """``advisory_lock`` as a method, for callers holding only the store."""
+        return advisory_lock(session, name)
+
     # --- migrations
 
     def alembic_config(self) -> Config:
@@ -183,7 +187,8 @@ class Store:
         return f"Store({self.url.render_as_string(hide_password=True)!r})"
 
 
-def _normalise_url(url: str) -> URL:
+def parse_url(url: str) -> URL:
+    """Parse a database URL; plain ``postgresql://`` means psycopg 3. Bad URLs are SettingsError."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:

@@ -1,0 +1,138 @@
+"""Harnesses for the provider contract suite: one factory per provider under test.
+
+A harness wraps one Provider together with the levers a test needs to script
+its cloud (time, stock, faults, reclaims). The suite only talks to harnesses,
+so a new provider (moto-backed AWS, the Alibaba and Tencent HTTP emulators)
+joins by adding a factory to ``HARNESS_FACTORIES``; no test changes.
+
+Two sandbox flavours run today: "sandbox" (every capability, CNY prices, spot
+instances can stop) and "sandbox-as-aws" (AWS's capabilities and USD prices,
+spot instances cannot stop), so both sides of each capability-dependent case
+run rather than skip.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Callable, Iterator, Protocol
+
+import pytest
+
+from providers.base import Instance, Provider, ProviderError
+from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
+from scheduler.clock import SimClock
+from scheduler.models import Capacity, Offer, Price, Stock
+from scheduler.money import Money
+
+START = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+
+
+class ProviderHarness(Protocol):
+    """What the contract suite needs from a provider under test."""
+
+    provider: Provider
+    clock: SimClock | None  # None: the provider runs on real time
+    currency: str  # the currency its prices are quoted in
+    cluster: str  # a TAG_MANAGED value no other test uses on this cloud
+
+    def advance(self, seconds: float) -> None:
+        """Let at least ``seconds`` of cloud time pass."""
+
+    def sell_out(self, offer: Offer, capacity: Capacity) -> None: ...
+
+    def preempt(self, instance: Instance) -> None:
+        """Make the cloud reclaim this spot instance now."""
+
+    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None: ...
+
+    def lose_next_launch_response(self) -> None: ...
+
+    def offer(self, gpu: str | None = None) -> Offer:
+        """An offer from ``provider.offers()`` with both prices, of ``gpu`` if given."""
+
+    def provider_with_wrong_secret(self) -> Provider | None:
+        """The same provider built with a wrong secret; None where there are no credentials."""
+
+    def close(self) -> None: ...
+
+
+def _price(amount: str, currency: str, source: str) -> Price:
+    return Price(per_hour=Money(amount=Decimal(amount), currency=currency), source=source, as_of=date(2026, 11, 1))
+
+
+def _offer(provider: str, region: str, zone: str, itype: str, gpu: str, mem: float, vcpus: int,
+           ram: float, od: str, spot: str, currency: str) -> Offer:
+    return Offer(
+        provider=provider, region=region, zone=zone, instance_type=itype, gpu=gpu, gpu_count=1,
+        gpu_mem_gib=mem, vcpus=vcpus, mem_gib=ram,
+        on_demand=_price(od, currency, "reference/prices.md list price"),
+        spot=_price(spot, currency, "contract test catalog"),
+        on_demand_stock=Stock.available, spot_stock=Stock.available, spot_interruptions_per_hour=0.05,
+    )
+
+
+# On-demand figures from reference/prices.md; spot figures are illustrative.
+ALIBABA_LIKE_CATALOG = (
+    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn6i-c4g1.xlarge", "T4", 15.0, 4, 15, "11.63", "4.65", "CNY"),
+    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.81", "CNY"),
+    _offer("sandbox", "cn-shanghai", "cn-shanghai-l", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.95", "CNY"),
+)
+AWS_LIKE_CATALOG = (
+    _offer("aws", "us-east-1", "us-east-1a", "g4dn.xlarge", "T4", 15.0, 4, 16, "0.526", "0.2132", "USD"),
+    _offer("aws", "us-east-1", "us-east-1a", "g5.xlarge", "A10G", 22.4, 4, 16, "1.006", "0.4328", "USD"),
+    _offer("aws", "us-west-2", "us-west-2b", "g4dn.xlarge", "T4", 15.0, 4, 16, "0.526", "0.2147", "USD"),
+)
+
+
+class SandboxHarness:
+    """A fresh in-memory cloud on a SimClock per test."""
+
+    def __init__(self, name: str, catalog: tuple[Offer, ...], currency: str, *, spot_can_stop: bool) -> None:
+        self.clock = SimClock(START)
+        self.cloud = SandboxCloud(self.clock, catalog, seed=11, spot_can_stop=spot_can_stop)
+        self.provider: Provider = SandboxProvider(self.cloud, name=name, capabilities=capabilities_like(name))
+        self.currency = currency
+        self.cluster = "contract"
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+
+    def sell_out(self, offer: Offer, capacity: Capacity) -> None:
+        self.cloud.sell_out(offer, capacity)
+
+    def preempt(self, instance: Instance) -> None:
+        self.cloud.preempt(instance.ref.instance_id)
+
+    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None:
+        self.cloud.fail_next(operation, error, times)
+
+    def lose_next_launch_response(self) -> None:
+        self.cloud.lose_next_launch_response()
+
+    def offer(self, gpu: str | None = None) -> Offer:
+        for o in self.provider.offers():
+            if (gpu is None or o.gpu == gpu) and o.on_demand is not None and o.spot is not None:
+                return o
+        raise LookupError(f"the test catalog has no offer with gpu={gpu!r}")
+
+    def provider_with_wrong_secret(self) -> Provider | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+HARNESS_FACTORIES: dict[str, Callable[[], ProviderHarness]] = {
+    "sandbox": lambda: SandboxHarness("sandbox", ALIBABA_LIKE_CATALOG, "CNY", spot_can_stop=True),
+    "sandbox-as-aws": lambda: SandboxHarness("aws", AWS_LIKE_CATALOG, "USD", spot_can_stop=False),
+}
+
+
+@pytest.fixture(params=sorted(HARNESS_FACTORIES))
+def harness(request: pytest.FixtureRequest) -> Iterator[ProviderHarness]:
+    made = HARNESS_FACTORIES[request.param]()
+    try:
+        yield made
+    finally:
+        made.close()

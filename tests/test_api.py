@@ -1,0 +1,324 @@
+"""The HTTP API through FastAPI's TestClient, on a real store."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import yaml
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from scheduler.api import create_app
+from scheduler.clock import SimClock
+from scheduler.errors import SettingsError
+from scheduler.jobfile import parse_job
+from scheduler.logs import configure_logging, forget_secrets, get_logger
+from scheduler.settings import Settings
+from scheduler.states import InstanceRowState, JobState
+from scheduler.store import Store
+
+NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
+TOKEN = "api-token-for-tests-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JOB: dict[str, Any] = {
+    "name": "helmet-v3",
+    "team": "vision-qa",
+    "kind": "train",
+    "model": "yolov9-s",
+    "data": {"uri": "s3://bucket/datasets/helmet", "train_images": 12000, "val_images": 1500},
+    "train": {"epochs": 30},
+    "policy": {"budget": "800 CNY"},
+}
+
+
+def settings(token: str | None = TOKEN) -> Settings:
+    return Settings(_env_file=None, api_token=SecretStr(token) if token is not None else None)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def clock() -> SimClock:
+    return SimClock(NOW)
+
+
+@pytest.fixture(scope="module")
+def migrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "gpusched.db"
+    template = Store(f"sqlite:///{path}")
+    template.migrate()
+    template.dispose()
+    return path
+
+
+@pytest.fixture
+def store(migrated_db: Path, tmp_path: Path) -> Iterator[Store]:
+    """A copy of a once-migrated database: a fresh schema without running Alembic for every test."""
+    path = tmp_path / "gpusched.db"
+    shutil.copy(migrated_db, path)
+    s = Store(f"sqlite:///{path}")
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
+def client(store: Store, clock: SimClock) -> Iterator[TestClient]:
+    with TestClient(create_app(store, clock, settings())) as c:
+        yield c
+    forget_secrets()
+
+
+def reset_logging() -> None:
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if not getattr(h, "_gpusched_handler", False)]
+    forget_secrets()
+
+
+def submit(client: TestClient, doc: dict[str, Any] = JOB, source: str = "helmet.yaml") -> dict[str, Any]:
+    r = client.post("/v1/jobs", json={"spec": doc, "source": source}, headers=AUTH)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+# --- auth
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": TOKEN},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": "Bearer wrong-token"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": "Bearer "},
+    ],
+)
+def test_a_missing_or_wrong_token_is_refused(client: TestClient, headers: dict[str, str]) -> None:
+    r = client.get("/v1/jobs", headers=headers)
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+    body = r.json()
+    assert body["error"] and "GPUSCHED_API_TOKEN" in body["fix"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/v1/jobs"), ("GET", "/v1/jobs"), ("GET", "/v1/jobs/job-1"), ("POST", "/v1/jobs/job-1/cancel")],
+)
+def test_every_v1_route_wants_the_token(client: TestClient, method: str, path: str) -> None:
+    assert client.request(method, path).status_code == 401
+    assert client.request(method, path, headers={"Authorization": "bearer nope"}).status_code == 401
+
+
+def test_the_right_token_is_accepted_whatever_the_scheme_case(client: TestClient) -> None:
+    assert client.get("/v1/jobs", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, "", "   "])
+def test_no_token_configured_means_no_api(store: Store, clock: SimClock, token: str | None) -> None:
+    with pytest.raises(SettingsError) as caught:
+        create_app(store, clock, settings(token))
+    assert "GPUSCHED_API_TOKEN" in (caught.value.fix or "")
+
+
+def test_the_token_never_reaches_a_log_line(store: Store, clock: SimClock) -> None:
+    buf = io.StringIO()
+    configure_logging("json", "info", stream=buf)
+    try:
+        create_app(store, clock, settings())
+        get_logger("t").info(f"header was Bearer {TOKEN}")
+    finally:
+        reset_logging()
+    assert TOKEN not in buf.getvalue()
+    assert "Bearer ***" in buf.getvalue()
+
+
+# --- jobs
+
+
+def test_submit_as_json_then_show_list_and_cancel(client: TestClient) -> None:
+    job = submit(client)
+    assert job["state"] == "queued" and job["team"] == "vision-qa" and job["epochs_total"] == 30
+    assert job["budget"] == {"amount": "800", "currency": "CNY"}
+
+    detail = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+    assert detail["id"] == job["id"] and detail["spec"]["name"] == "helmet-v3"
+    assert [e["kind"] for e in detail["events"]] == ["submitted"]
+
+    listed = client.get("/v1/jobs", headers=AUTH).json()
+    assert [j["id"] for j in listed] == [job["id"]]
+
+    cancelled = client.post(f"/v1/jobs/{job['id']}/cancel", headers=AUTH)
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+
+
+def test_submit_raw_yaml_names_its_source(client: TestClient) -> None:
+    r = client.post(
+        "/v1/jobs?source=jobs/helmet.yaml",
+        content=yaml.safe_dump(JOB).encode(),
+        headers={**AUTH, "Content-Type": "application/yaml"},
+    )
+    assert r.status_code == 201, r.text
+    detail = client.get(f"/v1/jobs/{r.json()['id']}", headers=AUTH).json()
+    assert "jobs/helmet.yaml" in detail["events"][0]["message"]
+
+
+def test_a_relative_deadline_sent_as_the_clis_json_dump_is_understood(client: TestClient) -> None:
+    # The CLI sends JobSpec.model_dump(mode="json"), which writes "36h" as "P1DT12H".
+    dumped = parse_job({**JOB, "policy": {"deadline": "36h"}}, "h.yaml").model_dump(mode="json")
+    assert dumped["policy"]["deadline"] == "P1DT12H"
+    job = submit(client, dumped)
+    assert datetime.fromisoformat(job["deadline_at"]) == NOW + timedelta(hours=36)
+
+
+@pytest.mark.parametrize(
+    ("doc", "fields"),
+    [
+        ({**JOB, "model": "yolov9-x"}, ["model"]),
+        ({**JOB, "policy": {"deadline": "2026-11-01T00:00:00+00:00"}}, ["policy.deadline"]),
+        ({k: v for k, v in JOB.items() if k != "team"}, ["team"]),
+    ],
+)
+def test_a_bad_job_is_422_with_every_problem(client: TestClient, doc: dict[str, Any], fields: list[str]) -> None:
+    r = client.post("/v1/jobs", json={"spec": doc, "source": "bad.yaml"}, headers=AUTH)
+    assert r.status_code == 422
+    body = r.json()
+    assert body["path"] == "bad.yaml" and body["error"].startswith("bad.yaml")
+    assert body["fix"]
+    assert [p["field"] for p in body["problems"]] == fields
+    assert all(set(p) == {"field", "message", "example"} for p in body["problems"])
+    assert client.get("/v1/jobs", headers=AUTH).json() == []
+
+
+def test_broken_yaml_is_422_too(client: TestClient) -> None:
+    r = client.post("/v1/jobs", content=b"name: [unclosed", headers={**AUTH, "Content-Type": "text/yaml"})
+    assert r.status_code == 422
+    assert r.json()["problems"]
+
+
+@pytest.mark.parametrize(
+    ("content", "ctype", "status"),
+    [
+        (b"{not json", "application/json", 400),
+        (json.dumps(JOB).encode(), "application/json", 400),  # the job without its {"spec": ...} envelope
+        (json.dumps({"spec": JOB, "extra": 1}).encode(), "application/json", 400),
+        (json.dumps({"spec": JOB, "source": 7}).encode(), "application/json", 400),
+        (b"\xff\xfe", "application/yaml", 400),
+        (b"name: x", "text/plain", 415),
+        (b"x" * (1 << 20 + 1), "application/yaml", 413),
+    ],
+)
+def test_malformed_requests_get_an_error_with_a_fix(
+    client: TestClient, content: bytes, ctype: str, status: int
+) -> None:
+    r = client.post("/v1/jobs", content=content, headers={**AUTH, "Content-Type": ctype})
+    assert r.status_code == status
+    assert set(r.json()) == {"error", "fix"} and r.json()["error"]
+
+
+def test_list_filters_and_rejects_an_unknown_state(client: TestClient) -> None:
+    a = submit(client)
+    b = submit(client, {**JOB, "team": "retail"})
+    client.post(f"/v1/jobs/{a['id']}/cancel", headers=AUTH)
+
+    def ids(query: str) -> list[str]:
+        return [j["id"] for j in client.get(f"/v1/jobs?{query}", headers=AUTH).json()]
+
+    assert ids("state=cancelled") == [a["id"]]
+    assert ids("team=retail") == [b["id"]]
+    assert ids("state=queued&team=vision-qa") == []
+    r = client.get("/v1/jobs?state=sleeping", headers=AUTH)
+    assert r.status_code == 400 and "state" in r.json()["error"]
+    assert client.get("/v1/jobs?limit=0", headers=AUTH).status_code == 400
+
+
+def test_unknown_ids_are_404_with_a_fix(client: TestClient) -> None:
+    for r in (client.get("/v1/jobs/job-404", headers=AUTH), client.post("/v1/jobs/job-404/cancel", headers=AUTH)):
+        assert r.status_code == 404
+        assert "job-404" in r.json()["error"] and r.json()["fix"]
+
+
+def test_cancelling_a_finished_job_is_400(client: TestClient, store: Store) -> None:
+    from scheduler.tables import JobRow
+
+    job = submit(client)
+    with store.session() as s:
+        s.get(JobRow, job["id"]).state = JobState.succeeded.value  # type: ignore[union-attr]
+    r = client.post(f"/v1/jobs/{job['id']}/cancel", headers=AUTH)
+    assert r.status_code == 400
+    assert "already succeeded" in r.json()["error"]
+
+
+def test_a_crash_inside_is_a_json_500_without_library_details(clock: SimClock, tmp_path: Path) -> None:
+    unmigrated = Store(f"sqlite:///{tmp_path / 'empty.db'}")  # no tables: every query fails in SQLAlchemy
+    buf = io.StringIO()
+    configure_logging("json", "info", stream=buf)
+    try:
+        with TestClient(create_app(unmigrated, clock, settings()), raise_server_exceptions=False) as c:
+            r = c.get("/v1/jobs", headers=AUTH)
+    finally:
+        reset_logging()
+    assert r.status_code == 500
+    assert r.json() == {"error": "internal error", "fix": "see the daemon's log"}
+    crash = [json.loads(line) for line in buf.getvalue().splitlines() if '"api_crash"' in line]
+    assert crash and "no such table" in crash[0]["exception"]  # the details go to the log instead
+
+
+def test_unknown_routes_answer_in_the_same_json_shape(client: TestClient) -> None:
+    r = client.get("/v2/anything", headers=AUTH)
+    assert r.status_code == 404 and set(r.json()) == {"error", "fix"}
+
+
+# --- health and metrics
+
+
+def test_healthz_needs_no_token_and_reports_the_tick(store: Store, clock: SimClock) -> None:
+    status = {"status": "ok", "last_tick": "2026-11-20T08:00:00+00:00", "ticks": 4}
+    with TestClient(create_app(store, clock, settings(), health=lambda: dict(status))) as c:
+        ok = c.get("/healthz")
+        status["status"] = "stalled"
+        stalled = c.get("/healthz")
+    forget_secrets()
+    assert ok.status_code == 200 and ok.json() == status | {"status": "ok"}
+    assert stalled.status_code == 503 and stalled.json()["status"] == "stalled"
+
+
+def test_healthz_without_a_daemon_is_ok_with_no_tick(client: TestClient) -> None:
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "last_tick": None}
+
+
+def test_a_failing_health_probe_is_503(store: Store, clock: SimClock) -> None:
+    def broken() -> dict[str, Any]:
+        raise RuntimeError("lock poisoned")
+
+    with TestClient(create_app(store, clock, settings(), health=broken)) as c:
+        r = c.get("/healthz")
+    forget_secrets()
+    assert r.status_code == 503
+    assert r.json()["status"] == "error" and "lock poisoned" in r.json()["error"]
+
+
+def test_metrics_count_jobs_and_instances_by_state_and_add_the_daemons_own(store: Store, clock: SimClock) -> None:
+    extra = "# TYPE gpusched_ticks_total counter\ngpusched_ticks_total 12\n"
+    with TestClient(create_app(store, clock, settings(), metrics=lambda: extra)) as c:
+        submit(c)
+        submit(c)
+        r = c.get("/metrics")  # no token: scrapers rarely carry one, and this holds only counts
+    forget_secrets()
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    samples = dict(line.rsplit(" ", 1) for line in r.text.splitlines() if not line.startswith("#"))
+    assert samples['gpusched_jobs{state="queued"}'] == "2"
+    assert all(f'gpusched_jobs{{state="{s.value}"}}' in samples for s in JobState)
+    assert all(f'gpusched_instances{{state="{s.value}"}}' in samples for s in InstanceRowState)
+    assert samples["gpusched_ticks_total"] == "12"
+    assert r.text.count("# TYPE gpusched_jobs gauge") == 1

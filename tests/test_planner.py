@@ -1,0 +1,589 @@
+"""The planner, table-driven: offers are built here, nothing is mocked.
+
+Durations come from the real performance model (``scheduler.perf``), so the
+tests compute deadlines and budgets from it instead of hard-coding hours.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+
+import pytest
+
+from scheduler.models import Capacity, JobSpec, Offer, Price, Stock
+from scheduler.money import FxRates, Money
+from scheduler.perf import estimate
+from scheduler.planner import (
+    MAX_ALTERNATIVES,
+    Decision,
+    FleetSlot,
+    Option,
+    PlanJob,
+    PlannerPolicy,
+    options_for,
+    plan,
+)
+
+NOW = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
+POLICY = PlannerPolicy()
+TIME_RE = re.compile(r"move the deadline to (\d{4}-\d\d-\d\d \d\d:\d\d) UTC")
+BUDGET_RE = re.compile(r"at least (\d+) (CNY|USD)")
+
+
+def price(text: str | None) -> Price | None:
+    return None if text is None else Price(per_hour=Money.parse(text), source="test", as_of=date(2026, 11, 1))
+
+
+def make_offer(
+    instance_type: str = "g5.xlarge",
+    *,
+    provider: str = "aws",
+    region: str = "us-east-1",
+    zone: str | None = None,
+    gpu: str = "A10G",
+    gpu_count: int = 1,
+    vcpus: int = 8,
+    od: str | None = "1.00 USD",
+    spot: str | None = "0.40 USD",
+    od_stock: Stock = Stock.available,
+    spot_stock: Stock = Stock.available,
+    rate: float = 0.05,
+) -> Offer:
+    return Offer(
+        provider=provider, region=region, zone=zone or f"{region}a", instance_type=instance_type, gpu=gpu,
+        gpu_count=gpu_count, gpu_mem_gib=22.4, vcpus=vcpus, mem_gib=32, on_demand=price(od), spot=price(spot),
+        on_demand_stock=od_stock, spot_stock=spot_stock, spot_interruptions_per_hour=rate,
+    )
+
+
+def make_spec(
+    *,
+    kind: str = "train",
+    model: str = "yolov9-s",
+    epochs: int = 10,
+    img_size: int = 640,
+    images: int = 20_000,
+    capacity: str = "auto",
+    budget: str | None = None,
+    priority: int = 50,
+    gpus: tuple[str, ...] | None = None,
+    gpu_count: int = 1,
+    nodes: int = 1,
+    providers: tuple[str, ...] | None = None,
+    regions: tuple[str, ...] | None = None,
+) -> JobSpec:
+    raw: dict = {
+        "name": "job", "team": "vision", "kind": kind, "model": model,
+        "resources": {"gpus": gpus, "gpu_count": gpu_count, "nodes": nodes},
+        "where": {"providers": providers, "regions": regions},
+        "policy": {"capacity": capacity, "budget": budget, "priority": priority},
+    }
+    if kind == "train":
+        raw["data"] = {"uri": "s3://bucket/data", "train_images": images, "val_images": images // 10}
+        raw["train"] = {"epochs": epochs, "img_size": img_size}
+    else:
+        raw["infer"] = {"source": "s3://bucket/images", "images": images, "weights": "s3://bucket/best.pt",
+                        "img_size": img_size}
+    return JobSpec.model_validate(raw)
+
+
+def make_job(
+    job_id: str = "j1",
+    *,
+    deadline_h: float | None = None,
+    preemptions: int = 0,
+    avoid: frozenset[str] = frozenset(),
+    spent: str | None = None,
+    submitted_at: datetime = NOW,
+    **spec: object,
+) -> PlanJob:
+    return PlanJob(
+        id=job_id, spec=make_spec(**spec), submitted_at=submitted_at,  # type: ignore[arg-type]
+        deadline_at=None if deadline_h is None else NOW + timedelta(hours=deadline_h),
+        preemptions=preemptions, avoid=avoid, spent=None if spent is None else Money.parse(spent),
+    )
+
+
+def reserved_slot(offer: Offer, until_h: float = 24 * 30) -> FleetSlot:
+    return FleetSlot(kind="reserved", instance_id=None, offer=offer, capacity=Capacity.reserved,
+                     until=NOW + timedelta(hours=until_h))
+
+
+def warm_slot(offer: Offer, instance_id: str = "inst-warm", capacity: Capacity = Capacity.on_demand) -> FleetSlot:
+    return FleetSlot(kind="warm", instance_id=instance_id, offer=offer, capacity=capacity)
+
+
+def hours_on(job: PlanJob, gpu: str) -> float:
+    return estimate(job.spec, gpu, 1, 8, epochs_done=job.epochs_done).hours
+
+
+def decide(job: PlanJob, offers: list[Offer], fleet: Sequence[FleetSlot] = (),
+           policy: PlannerPolicy = POLICY) -> Decision:
+    [d] = plan([job], offers, list(fleet), NOW, policy)
+    return d
+
+
+def find(options: list[Option] | tuple[Option, ...], instance_type: str, capacity: Capacity) -> Option:
+    [o] = [o for o in options if o.instance_type == instance_type and o.capacity is capacity]
+    return o
+
+
+def close(a: float, b: float, tol: float = 1e-3) -> bool:
+    return abs(a - b) <= tol
+
+
+# --- choosing ------------------------------------------------------------------------
+
+
+def test_loose_deadline_takes_the_cheapest_spot() -> None:
+    offers = [
+        make_offer("g5.xlarge", gpu="A10G", od="1.006 USD", spot="0.44 USD"),
+        make_offer("g6.xlarge", gpu="L4", od="0.805 USD", spot="0.40 USD"),
+        make_offer("g4dn.xlarge", gpu="T4", od="0.526 USD", spot="0.22 USD"),
+    ]
+    job = make_job(deadline_h=48)
+    d = decide(job, offers)
+    assert d.action == "launch" and d.choice is not None
+    assert d.choice.capacity is Capacity.spot
+    feasible = [o for o in options_for(job, offers, [], NOW, POLICY) if o.feasible]
+    assert len(feasible) == 6
+    assert d.choice.est_cost == min(o.est_cost for o in feasible)
+    assert "cheapest" in d.reason and d.choice.instance_type in d.reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "rate"),
+    [("train", 0.0), ("train", 0.2), ("train", 1.5), ("infer", 0.1), ("infer", 2.0)],
+)
+def test_spot_cost_counts_expected_interruptions(kind: str, rate: float) -> None:
+    """Expected hours = h + n x restart + min(n x lost, h); lost = half an epoch (train) or half the job."""
+    offer = make_offer(spot="0.50 USD", rate=rate)
+    job = make_job(kind=kind, images=20_000 if kind == "train" else 200_000)
+    est = estimate(job.spec, "A10G", 1, 8)
+    n = rate * est.hours
+    lost = est.epoch_hours / 2 if kind == "train" else est.hours / 2
+    expected = est.hours + n * POLICY.restart_hours + min(n * lost, est.hours)
+    spot = find(options_for(job, [offer], [], NOW, POLICY), "g5.xlarge", Capacity.spot)
+    assert close(spot.expected_interruptions, n)
+    assert close(spot.est_hours, expected)
+    assert close(float(spot.est_cost.amount), expected * 0.5 * 7.2, tol=0.01)
+    assert close((spot.finish_by - NOW).total_seconds() / 3600, POLICY.boot_hours + expected)
+
+
+@pytest.mark.parametrize(
+    ("rate", "slack", "capacity", "spot_why"),
+    [
+        (0.3, "loose", Capacity.spot, None),
+        (0.3, "tight", Capacity.on_demand, "deadline"),  # interruptions push the expected finish past it
+        (0.0, "tight", Capacity.on_demand, "late interruption"),  # no slack left for even one interruption
+    ],
+)
+def test_on_demand_when_the_deadline_is_too_tight_for_spot(rate: float, slack: str, capacity: Capacity,
+                                                           spot_why: str | None) -> None:
+    offer = make_offer(od="1.00 USD", spot="0.30 USD", rate=rate)
+    probe = make_job()
+    h = hours_on(probe, "A10G")
+    # Tight: on-demand just meets it (expected finish inside the safety margin), spot cannot.
+    deadline_h = 48.0 if slack == "loose" else (POLICY.boot_hours + h) / (1 - POLICY.deadline_safety) + 0.005
+    job = make_job(deadline_h=deadline_h)
+    d = decide(job, [offer])
+    assert d.action == "launch" and d.choice is not None and d.choice.capacity is capacity
+    if spot_why is not None:
+        spot = find(d.alternatives, "g5.xlarge", Capacity.spot)
+        assert not spot.feasible and spot_why in spot.why
+
+
+@pytest.mark.parametrize(("until_h", "action", "source"), [(24 * 30, "reuse", "reserved"), (0.1, "launch", "new")])
+def test_reserved_slot_is_used_first_while_it_lasts(until_h: float, action: str, source: str) -> None:
+    cheap_spot = make_offer("g5.xlarge", spot="0.05 USD", rate=0.0)
+    reserved = make_offer("gn7i-c8g1.2xlarge", provider="alibaba", region="cn-hangzhou", gpu="A10",
+                          od="8.00 CNY", spot=None)
+    d = decide(make_job(deadline_h=48), [cheap_spot], [reserved_slot(reserved, until_h)])
+    assert d.action == action and d.choice is not None and d.choice.source == source
+    if source == "reserved":
+        assert d.choice.est_cost == Money.zero("CNY") and d.choice.price_per_hour.amount == 0
+        assert "reserved" in d.reason
+    else:
+        res = [o for o in d.alternatives if o.source == "reserved"]
+        assert res and "reservation ends" in res[0].why
+
+
+def test_reserved_capacity_comes_before_an_equally_free_faster_offer() -> None:
+    free_spot = make_offer("g5.xlarge", gpu="A10G", od=None, spot="0.00 USD", rate=0.0)
+    slow_reserved = make_offer("g4dn.xlarge", gpu="T4", od="0.526 USD", spot=None)
+    d = decide(make_job(), [free_spot], [reserved_slot(slow_reserved)])
+    assert d.choice is not None and d.choice.source == "reserved"
+    assert d.alternatives[0].est_cost == d.choice.est_cost and d.alternatives[0].finish_by < d.choice.finish_by
+
+
+def test_a_warm_machine_wins_a_cost_tie_over_a_faster_launch() -> None:
+    """An idle reserved machine (warm, zero cost) beats launching a faster free reserved unit."""
+    warm_t4 = warm_slot(make_offer("g4dn.xlarge", gpu="T4", spot=None), "inst-t4", Capacity.reserved)
+    a100 = reserved_slot(make_offer("p4de.24xlarge", gpu="A100-80G", spot=None))
+    d = decide(make_job(epochs=50), [], [warm_t4, a100])
+    assert d.action == "reuse" and d.choice is not None and d.choice.instance_id == "inst-t4"
+    assert d.alternatives[0].source == "reserved" and d.alternatives[0].finish_by < d.choice.finish_by
+
+
+@pytest.mark.parametrize(
+    ("spot", "action", "source"),
+    [
+        (None, "reuse", "warm"),  # same type on-demand costs the same: the warm one wins the tie (no boot)
+        ("0.10 USD", "launch", "new"),  # warm machines compete on cost: a much cheaper spot wins
+    ],
+)
+def test_warm_slot_is_reused_when_it_is_as_cheap(spot: str | None, action: str, source: str) -> None:
+    offer = make_offer("g5.xlarge", od="1.00 USD", spot=spot, rate=0.0)
+    warm = warm_slot(make_offer("g5.xlarge", od="1.00 USD", spot=None), "inst-7")
+    d = decide(make_job(deadline_h=48), [offer], [warm])
+    assert d.action == action and d.choice is not None and d.choice.source == source
+    if source == "warm":
+        assert d.choice.instance_id == "inst-7"
+        new = find(d.alternatives, "g5.xlarge", Capacity.on_demand)
+        assert new.est_cost == d.choice.est_cost and new.finish_by > d.choice.finish_by
+        assert "inst-7" in d.reason
+
+
+@pytest.mark.parametrize(("loser_capacity", "loser_action"), [("auto", "launch"), ("reserved", "wait")])
+def test_two_jobs_compete_for_one_reserved_slot_and_priority_wins(loser_capacity: str, loser_action: str) -> None:
+    offer = make_offer("g5.xlarge")
+    slot = reserved_slot(make_offer("g5.2xlarge", od="1.21 USD", spot=None))
+    low = make_job("low", priority=20, capacity=loser_capacity, deadline_h=2)  # earlier deadline, lower priority
+    high = make_job("high", priority=80, deadline_h=48)
+    decisions = {d.job_id: d for d in plan([low, high], [offer], [slot], NOW, POLICY)}
+    assert decisions["high"].action == "reuse" and decisions["high"].choice.source == "reserved"
+    assert decisions["low"].action == loser_action
+    if loser_action == "wait":
+        assert "held for higher-priority job high" in decisions["low"].reason
+    else:
+        assert decisions["low"].choice.source == "new"
+        held = [o for o in decisions["low"].alternatives if o.source == "reserved"]
+        assert held and "high" in held[0].why
+
+
+def test_each_reserved_unit_goes_to_one_job() -> None:
+    unit = make_offer("g5.2xlarge", od="1.21 USD", spot=None)
+    jobs = [make_job(f"j{i}", capacity="reserved") for i in range(3)]
+    decisions = plan(jobs, [], [reserved_slot(unit), reserved_slot(unit)], NOW, POLICY)
+    assert sorted(d.action for d in decisions) == ["reuse", "reuse", "wait"]
+
+
+# --- refusing ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("budget_currency", "capacity", "hint"),
+    [("CNY", "on-demand", "allow spot"), ("USD", "on-demand", "allow spot"), ("CNY", "auto", None)],
+)
+def test_budget_refusal_names_the_amount_and_the_fix(budget_currency: str, capacity: str,
+                                                      hint: str | None) -> None:
+    offer = make_offer(od="1.00 USD", spot="0.20 USD", rate=0.0)
+    unlimited = options_for(make_job(deadline_h=48), [offer], [], NOW, POLICY)
+    spot_cost = find(unlimited, "g5.xlarge", Capacity.spot).est_cost.amount
+    od_cost = find(unlimited, "g5.xlarge", Capacity.on_demand).est_cost.amount
+    cheapest_allowed = od_cost if capacity == "on-demand" else spot_cost
+    rate = Decimal(1) if budget_currency == "CNY" else Decimal(1) / Decimal("7.2")
+    budget = ((spot_cost + od_cost) / 2 if hint else spot_cost / 2) * rate  # spot would fit when hinted
+    job = make_job(capacity=capacity, deadline_h=48, budget=f"{budget:.2f} {budget_currency}")
+    d = decide(job, [offer])
+    assert d.action == "refuse"
+    m = BUDGET_RE.search(d.reason)
+    assert m and m.group(2) == budget_currency
+    assert int(m.group(1)) == math.ceil(cheapest_allowed * rate)
+    assert (hint in d.reason) if hint else ("allow" not in d.reason)
+    raised = make_job(capacity=capacity, deadline_h=48, budget=f"{m.group(1)} {budget_currency}")
+    assert decide(raised, [offer]).action == "launch"
+
+
+@pytest.mark.parametrize(
+    ("spent_share", "action"), [(None, "launch"), (Decimal(2), "launch"), (Decimal("0.5"), "refuse")]
+)
+def test_money_already_spent_counts_against_the_budget(spent_share: Decimal | None, action: str) -> None:
+    """``spent_share``: how many times this attempt's cost the budget still has left after earlier attempts."""
+    offer = make_offer(od="1.00 USD", spot=None)
+    cost = options_for(make_job(), [offer], [], NOW, POLICY)[0].est_cost.amount
+    budget = Decimal(120)
+    spent = None if spent_share is None else f"{(budget - spent_share * cost) / Decimal('7.2'):.4f} USD"
+    d = decide(make_job(budget=f"{budget} CNY", spent=spent), [offer])
+    assert d.action == action
+    if action == "refuse":
+        assert "already spent" in d.reason and "over the 120.00 CNY budget" in d.reason
+
+
+@pytest.mark.parametrize(("with_a100", "hint"), [(True, "allow A100-80G"), (False, None)])
+def test_deadline_refusal_says_when_it_could_finish(with_a100: bool, hint: str | None) -> None:
+    offers = [make_offer("g4dn.xlarge", gpu="T4", od="0.526 USD", spot="0.22 USD")]
+    if with_a100:
+        offers.append(make_offer("p4de.24xlarge", gpu="A100-80G", od="5.00 USD", spot=None))
+    job = make_job(gpus=("T4",), deadline_h=0.5, epochs=5)
+    assert hours_on(job, "T4") > 0.5 > hours_on(job, "A100-80G") + POLICY.boot_hours
+    d = decide(job, offers)
+    assert d.action == "refuse" and "after the deadline" in d.reason
+    assert (hint in d.reason) if hint else ("allow" not in d.reason)
+    m = TIME_RE.search(d.reason)
+    assert m is not None
+    suggested = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+    moved = make_job(gpus=("T4",), deadline_h=(suggested - NOW).total_seconds() / 3600, epochs=5)
+    assert decide(moved, offers).action == "launch"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "offer_gpus", "fix"),
+    [(("T4",), ("T4", "A100-80G"), "allow A100-80G"), (None, ("T4",), "smaller model")],
+)
+def test_gpu_memory_refusal(gpus: tuple[str, ...] | None, offer_gpus: tuple[str, ...], fix: str) -> None:
+    offers = [make_offer(f"type-{g}", gpu=g) for g in offer_gpus]
+    job = make_job(model="yolov9-e", img_size=2048, gpus=gpus)
+    assert not estimate(job.spec, "T4").fits and estimate(job.spec, "A100-80G").fits
+    d = decide(job, offers)
+    assert d.action == "refuse"
+    assert "GiB" in d.reason and fix in d.reason
+    assert all(not o.feasible for o in d.alternatives)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "regions", "fix"),
+    [(("H100",), None, "allow A10G"), (None, ("eu-west-1",), "allow region us-east-1")],
+)
+def test_no_matching_offer_is_refused_with_the_filter_to_widen(gpus, regions, fix: str) -> None:
+    d = decide(make_job(gpus=gpus, regions=regions), [make_offer()])
+    assert d.action == "refuse" and "no offer matches" in d.reason and fix in d.reason
+    assert d.alternatives == ()
+
+
+# --- stock ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocker", ["sold out", "recently out of capacity"])
+def test_blocked_cheapest_falls_back_to_the_next_best(blocker: str) -> None:
+    best = make_offer("x.large", spot="0.20 USD", rate=0.0,
+                      spot_stock=Stock.sold_out if blocker == "sold out" else Stock.available)
+    next_best = make_offer("y.large", spot="0.30 USD", rate=0.0)
+    avoid = frozenset({f"{best.key}|spot"}) if blocker != "sold out" else frozenset()
+    d = decide(make_job(avoid=avoid), [best, next_best])
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.instance_type, d.choice.capacity) == ("y.large", Capacity.spot)
+    blocked = find(d.alternatives, "x.large", Capacity.spot)
+    assert not blocked.feasible and blocked.why == blocker
+    assert find(d.alternatives, "x.large", Capacity.on_demand).feasible  # only that capacity is blocked
+
+
+@pytest.mark.parametrize(
+    ("stock", "avoid_all", "words"),
+    [(Stock.sold_out, False, "sold out"), (Stock.available, True, "recently out of capacity")],
+)
+def test_everything_blocked_by_stock_means_wait(stock: Stock, avoid_all: bool, words: str) -> None:
+    offers = [make_offer(t, od_stock=stock, spot_stock=stock) for t in ("a.large", "b.large")]
+    avoid = frozenset(f"{o.key}|{c}" for o in offers for c in ("spot", "on-demand")) if avoid_all else frozenset()
+    d = decide(make_job(deadline_h=48, avoid=avoid), offers)
+    assert d.action == "wait" and d.choice is None
+    assert words in d.reason
+    assert len(d.alternatives) == 4 and all(o.why == words for o in d.alternatives)
+
+
+def test_sold_out_but_over_budget_is_refused_not_waited() -> None:
+    offer = make_offer(od="1.00 USD", spot=None, od_stock=Stock.sold_out)
+    d = decide(make_job(budget="1 CNY"), [offer])
+    assert d.action == "refuse" and "budget" in d.reason
+
+
+# --- filters -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capacity", "expected"),
+    [
+        ("spot", {Capacity.spot}),
+        ("on-demand", {Capacity.on_demand}),
+        ("reserved", {Capacity.reserved}),
+        ("auto", {Capacity.spot, Capacity.on_demand, Capacity.reserved}),
+    ],
+)
+def test_capacity_policy_limits_the_options(capacity: str, expected: set[Capacity]) -> None:
+    offer = make_offer()
+    fleet = [reserved_slot(make_offer("g5.2xlarge"))]
+    job = make_job(capacity=capacity)
+    assert {o.capacity for o in options_for(job, [offer], fleet, NOW, POLICY)} == expected
+    d = decide(job, [offer], fleet)
+    assert d.choice is not None and d.choice.capacity in expected
+
+
+def test_reserved_only_job_without_a_free_unit_waits() -> None:
+    d = decide(make_job(capacity="reserved"), [make_offer()])
+    assert d.action == "wait" and "reserved" in d.reason
+
+
+@pytest.mark.parametrize(
+    ("providers", "regions", "expected"),
+    [
+        (None, None, {"aws", "alibaba", "tencent"}),
+        (("alibaba", "tencent"), None, {"alibaba", "tencent"}),
+        (None, ("ap-guangzhou",), {"tencent"}),
+        (("aws",), ("us-east-1", "cn-hangzhou"), {"aws"}),
+    ],
+)
+def test_provider_and_region_filters(providers, regions, expected: set[str]) -> None:
+    offers = [
+        make_offer("g5.xlarge", provider="aws", region="us-east-1"),
+        make_offer("ecs.gn7i-c8g1.2xlarge", provider="alibaba", region="cn-hangzhou", gpu="A10",
+                   od="8.00 CNY", spot="3.00 CNY"),
+        make_offer("PNV4.2XLARGE32", provider="tencent", region="ap-guangzhou", gpu="A10",
+                   od="9.00 CNY", spot="3.50 CNY"),
+    ]
+    job = make_job(providers=providers, regions=regions)
+    assert {o.provider for o in options_for(job, offers, [], NOW, POLICY)} == expected
+    assert decide(job, offers).choice.provider in expected
+
+
+@pytest.mark.parametrize(("gpu_count", "expected"), [(1, {"g5.xlarge"}), (4, {"g5.12xlarge"})])
+def test_gpu_count_must_match_exactly(gpu_count: int, expected: set[str]) -> None:
+    offers = [make_offer("g5.xlarge"),
+              make_offer("g5.12xlarge", gpu_count=4, vcpus=48, od="5.67 USD", spot="2.10 USD")]
+    job = make_job(gpu_count=gpu_count, epochs=2)
+    assert {o.instance_type for o in options_for(job, offers, [], NOW, POLICY)} == expected
+
+
+def test_multi_node_job_pays_every_node_and_skips_fleet_slots() -> None:
+    offer = make_offer(od="1.00 USD", spot=None)
+    fleet = [warm_slot(offer), reserved_slot(offer)]
+    options = options_for(make_job(nodes=3, epochs=2), [offer], fleet, NOW, POLICY)
+    assert [o.source for o in options] == ["new"]
+    assert options[0].price_per_hour == Money(amount=Decimal("21.6"), currency="CNY")
+
+
+@pytest.mark.parametrize(
+    ("usd_rate", "currency", "winner"),
+    [("7.2", "CNY", "aws"), ("9.0", "CNY", "alibaba"), ("7.2", "USD", "aws"), ("9.0", "USD", "alibaba")],
+)
+def test_offers_in_different_currencies_compare_through_fx(usd_rate: str, currency: str, winner: str) -> None:
+    offers = [
+        make_offer("g5.xlarge", provider="aws", od="1.00 USD", spot=None),
+        make_offer("ecs.gn7i", provider="alibaba", region="cn-hangzhou", gpu="A10G", od="8.00 CNY", spot=None),
+    ]
+    fx = FxRates(base="CNY", rates={"USD": Decimal(usd_rate)})
+    policy = PlannerPolicy(currency=currency, fx=fx)
+    d = decide(make_job(), offers, policy=policy)
+    assert d.choice is not None and d.choice.provider == winner
+    for o in (d.choice, *d.alternatives):
+        assert o.est_cost.currency == currency and o.price_per_hour.currency == currency
+    aws = next(o for o in (d.choice, *d.alternatives) if o.provider == "aws")
+    assert aws.price_per_hour == fx.convert(Money.parse("1.00 USD"), currency)
+
+
+@pytest.mark.parametrize(
+    ("preemptions", "capacity", "expected"),
+    [(0, "auto", Capacity.spot), (2, "auto", Capacity.spot), (3, "auto", Capacity.on_demand),
+     (7, "auto", Capacity.on_demand), (3, "spot", Capacity.spot)],  # an explicit spot-only job keeps spot
+)
+def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, capacity: str, expected: Capacity) -> None:
+    offer = make_offer(od="1.00 USD", spot="0.30 USD")
+    job = make_job(preemptions=preemptions, capacity=capacity)
+    d = decide(job, [offer])
+    assert d.choice is not None and d.choice.capacity is expected
+    if expected is Capacity.on_demand:
+        assert all(o.capacity is not Capacity.spot for o in options_for(job, [offer], [], NOW, POLICY))
+
+
+def test_an_offer_with_a_gpu_the_model_does_not_know_is_skipped_not_fatal() -> None:
+    offers = [make_offer("mystery.xlarge", gpu="MI300X", od="0.10 USD", spot=None), make_offer("g5.xlarge")]
+    d = decide(make_job(), offers)
+    assert d.action == "launch" and d.choice is not None and d.choice.instance_type == "g5.xlarge"
+    unknown = find(d.alternatives, "mystery.xlarge", Capacity.on_demand)
+    assert not unknown.feasible and "MI300X" in unknown.why
+
+
+# --- ordering, alternatives, determinism ------------------------------------------------
+
+
+def _market() -> tuple[list[PlanJob], list[Offer], list[FleetSlot]]:
+    offers = [
+        make_offer("g4dn.xlarge", gpu="T4", od="0.526 USD", spot="0.22 USD"),
+        make_offer("g4dn.xlarge", gpu="T4", zone="us-east-1b", od="0.526 USD", spot="0.22 USD"),
+        make_offer("g5.xlarge", gpu="A10G", od="1.006 USD", spot="0.44 USD", spot_stock=Stock.sold_out),
+        make_offer("g6.xlarge", gpu="L4", od="0.805 USD", spot="0.40 USD", rate=0.2),
+        make_offer("ecs.gn7i", provider="alibaba", region="cn-hangzhou", gpu="A10",
+                   od="8.00 CNY", spot="2.50 CNY"),
+        make_offer("GT4.4XLARGE96", provider="tencent", region="ap-guangzhou", gpu="A100-40G",
+                   od="28.00 CNY", spot=None),
+    ]
+    fleet = [
+        reserved_slot(make_offer("g5.2xlarge", gpu="A10G", od="1.21 USD", spot=None)),
+        warm_slot(offers[3], "inst-a"),
+        warm_slot(offers[0], "inst-b", Capacity.spot),
+    ]
+    jobs = [
+        make_job("a", priority=90, deadline_h=10),
+        make_job("b", priority=50, deadline_h=3, budget="40 CNY"),
+        make_job("c", priority=50, deadline_h=None, submitted_at=NOW - timedelta(hours=1)),
+        make_job("d", priority=50, deadline_h=None, kind="infer", images=50_000),
+        make_job("e", priority=10, deadline_h=0.3, capacity="on-demand"),
+        make_job("f", priority=50, deadline_h=3, avoid=frozenset({f"{offers[4].key}|spot"})),
+    ]
+    return jobs, offers, fleet
+
+
+def test_jobs_are_planned_by_priority_then_deadline_then_submission() -> None:
+    jobs, offers, fleet = _market()
+    assert [d.job_id for d in plan(jobs, offers, fleet, NOW, POLICY)] == ["a", "b", "f", "c", "d", "e"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_same_inputs_in_any_order_give_the_same_plan(seed: int) -> None:
+    jobs, offers, fleet = _market()
+    expected = [d.model_dump(mode="json") for d in plan(jobs, offers, fleet, NOW, POLICY)]
+    rng = random.Random(seed)
+    for items in (jobs, offers, fleet):
+        rng.shuffle(items)
+    assert [d.model_dump(mode="json") for d in plan(jobs, offers, fleet, NOW, POLICY)] == expected
+
+
+def test_alternatives_are_sorted_and_keep_the_infeasible_with_their_why() -> None:
+    jobs, offers, fleet = _market()
+    job = make_job("z", deadline_h=1.2, budget="30 CNY")
+    d = decide(job, offers, fleet)
+    assert d.choice is not None and d.choice not in d.alternatives
+    assert 0 < len(d.alternatives) <= MAX_ALTERNATIVES
+    flags = [o.feasible for o in d.alternatives]
+    assert flags == sorted(flags, reverse=True)  # feasible first
+    feasible = [o for o in d.alternatives if o.feasible]
+    non_reserved = [o.est_cost.amount for o in feasible if o.capacity is not Capacity.reserved]
+    assert non_reserved == sorted(non_reserved)
+    assert all(o.est_cost >= d.choice.est_cost for o in feasible)
+    infeasible = [o for o in d.alternatives if not o.feasible]
+    assert infeasible and all(o.why and not o.why.startswith("feasible") for o in infeasible)
+    assert any("sold out" in o.why for o in options_for(job, offers, fleet, NOW, POLICY))
+
+
+def test_options_for_puts_plans_choice_first() -> None:
+    jobs, offers, fleet = _market()
+    for job in jobs:
+        d = decide(job, offers, fleet)
+        options = options_for(job, offers, fleet, NOW, POLICY)
+        if d.choice is not None:
+            assert options[0] == d.choice
+            assert set(d.alternatives) <= set(options[1:])
+        else:
+            assert not any(o.feasible for o in options)
+
+
+def test_decisions_survive_a_json_round_trip() -> None:
+    jobs, offers, fleet = _market()
+    for d in plan(jobs, offers, fleet, NOW, POLICY):
+        assert Decision.model_validate(d.model_dump(mode="json")) == d
+
+
+def test_alternatives_show_one_zone_per_instance_type_and_capacity() -> None:
+    offers = [make_offer("g5.xlarge", zone=f"us-east-1{z}", spot="0.40 USD", rate=0.0) for z in "abcd"]
+    offers.append(make_offer("g6.xlarge", gpu="L4", spot="0.45 USD", rate=0.0))
+    job = make_job(deadline_h=48)
+    d = decide(job, offers)
+    assert d.choice is not None and (d.choice.instance_type, d.choice.capacity) == ("g5.xlarge", Capacity.spot)
+    shapes = [(o.instance_type, o.capacity) for o in d.alternatives]
+    assert len(shapes) == len(set(shapes)) == 3  # g5 on-demand, g6 spot, g6 on-demand
+    assert ("g5.xlarge", Capacity.spot) not in shapes
+    assert len(options_for(job, offers, [], NOW, POLICY)) == 10  # options_for keeps every zone
