@@ -27,6 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from fastapi import FastAPI
+from sqlalchemy import text
 
 from scheduler.api import require_token
 from scheduler.clock import Clock, SystemClock
@@ -182,7 +183,8 @@ class Daemon:
             return
         fields: dict[str, Any] = {"run": n, "failures_in_a_row": streak, "duration_s": round(duration, 3)}
         if isinstance(error, ProviderError):
-            fields.update(error.log_fields())
+            vendor = error.log_fields()
+            fields.update(provider=vendor["provider"], vendor_code=vendor["vendor_code"], request_id=vendor["request_id"])
         log.error(f"{what}_failed", error=_describe(error), exc_info=error, **fields)
 
     # --- health and metrics
@@ -194,8 +196,20 @@ class Daemon:
         last = self._ticks.last_done_wall or self._started_wall
         return now_wall - last > limit
 
+    def _database(self) -> str:
+        try:
+            with self.store.session(write=False) as s:
+                s.execute(text("SELECT 1"))
+        except Exception as exc:  # noqa: BLE001 - reported, not raised: health must answer
+            return f"unreachable: {type(exc).__name__}"
+        return "ok"
+
     def health(self) -> dict[str, Any]:
-        """For /healthz: status ok | stopped | stalled, and when the tick and report last ran."""
+        """For /healthz: status ok | stopped | stalled, when the tick and report last ran, the database.
+
+        A database outage is shown but does not make the daemon unhealthy: a restart would not fix it.
+        """
+        database = self._database()
         now_wall = self.wall.now()
         with self._lock:
             t, r = self._ticks, self._reports
@@ -218,6 +232,7 @@ class Daemon:
                 "last_report": _iso(r.last_at),
                 "last_report_error": r.last_error if r.consecutive_errors else None,
                 "next_report": self._next_report(),
+                "database": database,
             }
 
     def _next_report(self) -> str | None:
@@ -312,11 +327,60 @@ class Daemon:
                 signal.signal(sig, handler)
 
 
+_CRON_FIX = "five fields: minute hour day month weekday, e.g. '0 6 1 * *' (06:00 UTC on the 1st)"
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # cron numbers them 0-6 from Sunday (7 too)
+
+
 def _cron(expr: str) -> CronTrigger:
+    """A crontab line as cron means it, in UTC.
+
+    Not ``CronTrigger.from_crontab``: APScheduler 3 counts weekdays from Monday,
+    so it would run "30 2 * * 1" on Tuesdays. Weekdays are translated to names here.
+    """
+    fields = expr.split()
     try:
-        return CronTrigger.from_crontab(expr, timezone="UTC")
+        if len(fields) != 5:
+            raise ValueError(f"it has {len(fields)} fields, not 5")
+        minute, hour, day, month, weekday = fields
+        if day != "*" and weekday != "*":
+            # cron runs when either matches, APScheduler only when both do: refuse rather than differ.
+            raise ValueError("give either a day of the month or a weekday, not both")
+        return CronTrigger(
+            minute=minute, hour=hour, day=day, month=month, day_of_week=_weekday_names(weekday), timezone="UTC"
+        )
     except ValueError as exc:
-        raise SettingsError(
-            f"GPUSCHED_REPORT_CRON {expr!r} is not a crontab line: {exc}",
-            fix="five fields: minute hour day month weekday, e.g. '0 6 1 * *' (06:00 UTC on the 1st)",
-        ) from None
+        raise SettingsError(f"GPUSCHED_REPORT_CRON {expr!r} is not a crontab line: {exc}", fix=_CRON_FIX) from None
+
+
+def _weekday_names(field: str) -> str:
+    """Cron's weekday field ("1-5", "0,6", "*/2", "mon") as APScheduler weekday names."""
+    if field == "*":
+        return field
+    days: set[int] = set()
+    for item in field.split(","):
+        span, _, step_text = item.partition("/")
+        step = int(step_text) if step_text else 1
+        if step < 1:
+            raise ValueError(f"weekday step {step_text!r} must be at least 1")
+        if span == "*":
+            first, last = 0, 6
+        else:
+            low, _, high = span.partition("-")
+            first, last = _weekday(low), _weekday(high) if high else _weekday(low)
+            if high and last == 0 and first > 0:
+                last = 7  # "5-7" / "fri-sun": up to Sunday at the end of the week
+            if last < first:
+                raise ValueError(f"weekday range {span!r} runs backwards")
+            if step_text and not high:
+                last = 6  # "1/2" means from Monday on, every second day
+        days.update(d % 7 for d in range(first, last + 1, step))
+    return ",".join(_WEEKDAYS[d] for d in sorted(days))
+
+
+def _weekday(text: str) -> int:
+    name = text.strip().lower()
+    if name in _WEEKDAYS:
+        return _WEEKDAYS.index(name)
+    if name.isdigit() and 0 <= int(name) <= 7:
+        return int(name) % 7
+    raise ValueError(f"{text!r} is not a weekday (0-7 or sun-sat)")

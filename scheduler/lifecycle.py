@@ -347,7 +347,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         queued = s.scalars(select(JobRow).where(JobRow.state == J.queued.value)).all()
         if not queued:
             return []
-        spent = ledger.spent_by_job(s, [j.id for j in queued])
+        spent = ledger.spent_by_job(s, [j.id for j in queued], fx=ctx.planner_policy().fx, now=now)
         avoid = ctx.offers.avoided(now)
         jobs = [
             PlanJob(
