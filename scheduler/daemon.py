@@ -382,5 +382,5 @@ def _weekday(text: str) -> int:
     if name in _WEEKDAYS:
         return _WEEKDAYS.index(name)
     if name.isdigit() and 0 <= int(name) <= 7:
-        return int(name) % 7
+        return int(name)  # 7 is Sunday again; the caller folds it
     raise ValueError(f"{text!r} is not a weekday (0-7 or sun-sat)")
