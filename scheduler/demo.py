@@ -10,6 +10,7 @@ saved. Same seed, same run.
 
 from __future__ import annotations
 
+import random
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import func, select
 
 from scheduler import lifecycle, service
@@ -33,7 +35,8 @@ from scheduler.settings import Settings
 from scheduler.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
 from scheduler.store import Store
-from scheduler.tables import AttemptRow, CostRecordRow, IdleStopRow, InstanceRow, JobRow
+from scheduler.logs import configure_logging
+from scheduler.tables import AttemptRow, CostRecordRow, EventRow, IdleStopRow, InstanceRow, JobRow
 
 START = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)  # a Monday
 STEP = timedelta(seconds=60)
@@ -63,7 +66,9 @@ class DemoResult:
     resumed_from_epochs: list[int]
     idle_stops: int
     spend: Money
-    on_demand_equivalent: Money
+    on_demand_equivalent: Money  # the paid (non-reserved) hours at on-demand prices
+    reserved_hours: Decimal
+    reserved_value: Money  # those prepaid hours at on-demand prices
     sim_span: timedelta
     wall_seconds: float
     ticks: int
@@ -110,8 +115,12 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> De
     store = Store(settings.db_url)
     store.migrate()
     providers, clouds = build_sandbox(settings, clock)
-    ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings, rng_seed=seed)
+    ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings, rng_seed=seed,
+                      ids=random.Random(seed))
+    job_ids = random.Random(seed + 1)
     agents = SimAgents(store, providers, settings.cluster, seed=seed)
+    configure_logging("console", "warning")  # the narrative below tells the story in simulated time
+    narrator = _Narrator(store, console)
     examples = examples_dir()
     pending = sorted(((START + off, name) for off, name in SCHEDULE), key=lambda x: x[0])
     reclaimed = False
@@ -121,12 +130,12 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> De
         while pending and pending[0][0] <= now:
             _, name = pending.pop(0)
             spec = load_job_file(examples / name)
-            job = service.submit(store, clock, spec, source=f"examples/{name}")
-            console.print(f"[dim]{now:%a %H:%M}[/dim] submit {job.id} {spec.name} ({spec.team})")
+            service.submit(store, clock, spec, source=f"examples/{name}", ids=job_ids)
         if not reclaimed:
             reclaimed = _scripted_reclaim(store, clouds, now, console)
         agents.step(now)
         lifecycle.tick(ctx)
+        narrator.tell()
         ticks += 1
         if not pending and _all_quiet(store):
             break
@@ -192,9 +201,35 @@ def _scripted_reclaim(store: Store, clouds: dict, now: datetime, console: Consol
         if now - attempt.started_at.replace(tzinfo=timezone.utc) < RECLAIM_AFTER:
             return False
         clouds[inst.provider].preempt(inst.cloud_id, at=now)
-        console.print(f"[dim]{now:%a %H:%M}[/dim] [yellow]scripted spot reclaim[/yellow] of {inst.provider} "
-                      f"{inst.instance_type} running {attempt.job_id}")
+        console.print(f"[dim]{now:%a %H:%M}[/dim] [yellow]scenario: the cloud reclaims[/yellow] {inst.provider} "
+                      f"{inst.instance_type} (spot) running {attempt.job_id}")
         return True
+
+
+class _Narrator:
+    """Prints the store's events as they happen, stamped with simulated time."""
+
+    SHOWN = {
+        "submitted": "submit", "launched": "launch", "job_reused_instance": "reuse", "job_started": "start",
+        "job_preempted": "[yellow]preempted[/yellow]", "launch_refused": "[yellow]no capacity[/yellow]",
+        "job_finished": "[green]done[/green]", "job_refused": "[red]refused[/red]",
+        "idle_stop": "[cyan]idle stop[/cyan]", "orphan_terminated": "[red]orphan[/red]",
+    }
+
+    def __init__(self, store: Store, console: Console) -> None:
+        self.store, self.console, self.last_id = store, console, 0
+
+    def tell(self) -> None:
+        with self.store.session(write=False) as s:
+            events = s.scalars(select(EventRow).where(EventRow.id > self.last_id).order_by(EventRow.id)).all()
+        for e in events:
+            self.last_id = e.id
+            label = self.SHOWN.get(e.kind)
+            if label is None:
+                continue
+            who = e.job_id or e.instance_id or ""
+            pad = " " * max(0, 10 - len(Text.from_markup(label).plain))
+            self.console.print(f"[dim]{e.at:%a %H:%M}[/dim] {label}{pad} {who} {e.message}", highlight=False)
 
 
 def _summarise(store: Store, settings: Settings, out_dir: Path, paths: dict, sim_span: timedelta,
@@ -222,13 +257,19 @@ def _summarise(store: Store, settings: Settings, out_dir: Path, paths: dict, sim
                 "cost": total(by_job.get(j.id, []), cur, fx),
             })
         spend = total((Money(amount=c.amount, currency=c.currency) for c in costs), cur, fx)
-        od = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in costs), cur, fx)
+        # Savings are counted on machines we paid for by the hour; prepaid reserved hours are reported apart.
+        paid = [c for c in costs if c.capacity != Capacity.reserved.value]
+        od = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in paid), cur, fx)
+        reserved = [c for c in costs if c.capacity == Capacity.reserved.value]
+        reserved_hours = sum((c.hours for c in reserved), Decimal(0))
+        reserved_value = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in reserved), cur, fx)
         resumed = [a.start_epoch for a in attempts if a.number > 1 and a.start_epoch > 0]
         return DemoResult(
             out_dir=out_dir, report_paths=paths, jobs=len(jobs),
             succeeded=sum(1 for j in jobs if j.state == JobState.succeeded.value),
             preemptions=sum(j.preemptions for j in jobs), resumed_from_epochs=resumed,
             idle_stops=idle_stops, spend=spend, on_demand_equivalent=od, sim_span=sim_span,
+            reserved_hours=reserved_hours, reserved_value=reserved_value,
             wall_seconds=wall, ticks=ticks, rows=rows,
         )
 
@@ -248,6 +289,8 @@ def _print_summary(console: Console, r: DemoResult) -> None:
         f"({r.ticks} ticks, {r.wall_seconds:.1f} s wall)\n"
         f"spend {r.spend}; the same hours on-demand {r.on_demand_equivalent}; "
         f"saved {saved} ({pct:.0f}%)\n"
+        f"prepaid reserved capacity used {r.reserved_hours:.1f} h (worth {r.reserved_value} on-demand, "
+        f"already paid, not counted as savings above)\n"
         f"spot preemptions {r.preemptions}, resumed from epoch(s) {r.resumed_from_epochs or '-'}; "
         f"idle machines stopped {r.idle_stops}"
     )

@@ -106,6 +106,11 @@ def open_interval_of(session: Session, instance_id: str) -> UsageIntervalRow | N
     return session.scalars(stmt).first()
 
 
+def billing_capacity(instance: InstanceRow) -> str:
+    """How the hours are paid for: a reserved machine runs as on-demand at the cloud but costs nothing more."""
+    return "reserved" if instance.reserved else instance.capacity
+
+
 def open_interval(
     session: Session,
     instance: InstanceRow,
@@ -131,7 +136,7 @@ def open_interval(
         region=instance.region,
         gpu=instance.gpu,
         instance_type=instance.instance_type,
-        capacity=instance.capacity,
+        capacity=billing_capacity(instance),
         start=at,
         end=None,
         accounted=False,
@@ -422,7 +427,7 @@ def record_idle_stop(session: Session, instance: InstanceRow, at: datetime, acti
         project=instance.project,
         provider=instance.provider,
         gpu=instance.gpu,
-        capacity=instance.capacity,
+        capacity=billing_capacity(instance),
         price_amount=instance.price_amount,
         price_currency=instance.price_currency,
     )

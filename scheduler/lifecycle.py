@@ -85,6 +85,8 @@ class TickContext:
     # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
     crashpoint: Callable[[str], None] = lambda name: None
     rng_seed: int = 0
+    # Repeatable instance ids for simulations; None in the daemon.
+    ids: random.Random | None = None
 
     def planner_policy(self) -> PlannerPolicy:
         if self.policy is None:
@@ -483,7 +485,7 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
         od = offer.on_demand or price
         assert price is not None and od is not None
         row = InstanceRow(
-            id=new_id("inst"),
+            id=new_id("inst", ctx.ids),
             provider=offer.provider,
             region=offer.region,
             zone=offer.zone,

@@ -7,6 +7,8 @@ double as the API's response models.
 
 from __future__ import annotations
 
+import random
+
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -175,8 +177,11 @@ def _epochs_total(spec: JobSpec) -> int | None:
     return (spec.train or TrainSpec()).epochs
 
 
-def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str) -> JobView:
-    """Queue a job. Raises JobFileError when the job cannot be accepted now (e.g. a past deadline)."""
+def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None) -> JobView:
+    """Queue a job. Raises JobFileError when the job cannot be accepted now (e.g. a past deadline).
+
+    ``ids`` makes job ids repeatable (the demo and simulations); the daemon leaves it None.
+    """
     now = clock.now()
     problems = submit_problems(spec, now)
     if problems:
@@ -185,7 +190,7 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str) -> JobView
     deadline = spec.deadline_at(now)
     budget = spec.policy.budget
     row = JobRow(
-        id=new_id("job"),
+        id=new_id("job", ids),
         name=spec.name,
         team=spec.team,
         project=spec.project,
