@@ -45,6 +45,7 @@ JSON_TYPES = frozenset({"application/json", ""})
 MAX_BODY_BYTES = 1 << 20  # a job file is a few hundred bytes; anything near this is a mistake
 _DURATION = TypeAdapter(timedelta)
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
     "set GPUSCHED_API_TOKEN in the daemon's environment or .env, e.g. "
     "GPUSCHED_API_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))'), "
@@ -57,6 +58,11 @@ def require_token(settings: Settings) -> str:
     token = settings.api_token.get_secret_value().strip() if settings.api_token else ""
     if not token:
         raise SettingsError("no API token is configured, so the daemon will not start", fix=TOKEN_FIX)
+    if len(token) < MIN_TOKEN_CHARS:
+        raise SettingsError(
+            f"GPUSCHED_API_TOKEN has {len(token)} characters; a guessable token is no protection",
+            fix=f"use at least {MIN_TOKEN_CHARS} random characters: " + TOKEN_FIX,
+        )
     return token
 
 
@@ -126,9 +132,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``)."""
+    too_big = _BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes", "send one job file per request")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_big  # before reading it
     body = await request.body()
     if len(body) > MAX_BODY_BYTES:
-        raise _BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes", "send one job file per request")
+        raise too_big
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype in YAML_TYPES:
         source = request.query_params.get("source") or "job.yaml"

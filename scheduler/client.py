@@ -111,7 +111,9 @@ class ApiClient:
                 fix=UNREACHABLE_FIX,
             ) from None
         except httpx.TransportError:
-            raise DaemonUnreachable(f"cannot reach the gpusched daemon at {self.base_url}", fix=UNREACHABLE_FIX) from None
+            raise DaemonUnreachable(
+                f"cannot reach the gpusched daemon at {self.base_url}", fix=UNREACHABLE_FIX
+            ) from None
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._send(method, path, **kwargs)

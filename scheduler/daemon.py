@@ -183,8 +183,8 @@ class Daemon:
             return
         fields: dict[str, Any] = {"run": n, "failures_in_a_row": streak, "duration_s": round(duration, 3)}
         if isinstance(error, ProviderError):
-            vendor = error.log_fields()
-            fields.update(provider=vendor["provider"], vendor_code=vendor["vendor_code"], request_id=vendor["request_id"])
+            vendor = error.log_fields()  # its "error" and "message" are already in ours
+            fields.update({k: vendor[k] for k in ("provider", "vendor_code", "request_id")})
         log.error(f"{what}_failed", error=_describe(error), exc_info=error, **fields)
 
     # --- health and metrics

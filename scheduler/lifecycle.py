@@ -113,6 +113,11 @@ def client_token(job_id: str, attempt: int) -> str:
     return f"gs-{job_id}-a{attempt}"
 
 
+def _request_token(row: InstanceRow) -> str:
+    """The token sent with a launch: always the one written ahead with the intent."""
+    return row.client_token
+
+
 # --- the tick ------------------------------------------------------------------
 
 
@@ -538,7 +543,7 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
         request = InstanceRequest(
             offer=offer,
             capacity=Capacity(row.capacity),
-            client_token=row.client_token,
+            client_token=_request_token(row),
             tags={
                 TAG_MANAGED: ctx.settings.cluster,
                 TAG_INSTANCE: row.id,

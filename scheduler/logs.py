@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -67,18 +68,25 @@ def _mask_text(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
+def _hides(key: object, value: Any) -> bool:
+    # An empty value under a secret key stays visible: "api_token=None" says it is missing.
+    return isinstance(key, str) and is_secret_key(key) and value is not None and value != ""
+
+
 def _scrub(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, SecretStr):
         return MASK
     if isinstance(value, str):
         return _mask_text(value, secrets)
     if isinstance(value, Mapping):
-        return {k: (MASK if isinstance(k, str) and is_secret_key(k) and v else _scrub(v, secrets)) for k, v in value.items()}
+        return {k: MASK if _hides(k, v) else _scrub(v, secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_scrub(v, secrets) for v in value]
     if isinstance(value, (int, float, bool)) or value is None:
         return value
-    # Anything else is rendered as text by the renderer; scrub that text now.
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    # Anything else reaches the line as text; scrub that text now.
     return _mask_text(str(value), secrets)
 
 
@@ -87,10 +95,7 @@ def redact(_logger: WrappedLogger, _method: str, event_dict: EventDict) -> Event
     with _secrets_lock:
         # Longest first, so a secret that contains another is masked whole.
         secrets = tuple(sorted(_secrets, key=len, reverse=True))
-    return {
-        key: (MASK if is_secret_key(key) and value not in (None, "") else _scrub(value, secrets))
-        for key, value in event_dict.items()
-    }
+    return {key: MASK if _hides(key, value) else _scrub(value, secrets) for key, value in event_dict.items()}
 
 
 def _level_number(level: str) -> int:

@@ -123,7 +123,7 @@ def test_the_right_token_is_accepted_whatever_the_scheme_case(client: TestClient
     assert client.get("/v1/jobs", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
 
 
-@pytest.mark.parametrize("token", [None, "", "   "])
+@pytest.mark.parametrize("token", [None, "", "   ", "x" * 15])
 def test_no_token_configured_means_no_api(store: Store, clock: SimClock, token: str | None) -> None:
     with pytest.raises(SettingsError) as caught:
         create_app(store, clock, settings(token))
@@ -214,7 +214,7 @@ def test_broken_yaml_is_422_too(client: TestClient) -> None:
         (json.dumps({"spec": JOB, "source": 7}).encode(), "application/json", 400),
         (b"\xff\xfe", "application/yaml", 400),
         (b"name: x", "text/plain", 415),
-        (b"x" * (1 << 20 + 1), "application/yaml", 413),
+        (b"x" * ((1 << 20) + 1), "application/yaml", 413),
     ],
 )
 def test_malformed_requests_get_an_error_with_a_fix(

@@ -47,7 +47,8 @@ def make_daemon(store: Store, clock: SimClock | SystemClock | None = None, **kwa
     s = kwargs.pop("settings", None) or settings()
     tick = kwargs.pop("tick", nothing)
     report = kwargs.pop("monthly_report", nothing)
-    return Daemon(s, store, clock or SimClock(NOW), tick=tick, monthly_report=report, **kwargs)  # type: ignore[arg-type]
+    clock = clock or SimClock(NOW)
+    return Daemon(s, store, clock, tick=tick, monthly_report=report, **kwargs)  # type: ignore[arg-type]
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:

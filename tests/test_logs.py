@@ -42,9 +42,11 @@ def json_log(level: str = "info") -> io.StringIO:
 
 def test_json_lines_carry_an_iso_utc_timestamp_level_logger_and_fields() -> None:
     buf = json_log()
-    get_logger("gpusched.test").info("job_submitted", job_id="job-1", epochs=30)
+    at = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
+    get_logger("gpusched.test").info("job_submitted", job_id="job-1", epochs=30, deadline=at)
 
     [line] = json_lines(buf)
+    assert line["deadline"] == "2026-11-20T08:00:00+00:00"
     assert line["event"] == "job_submitted"
     assert (line["level"], line["logger"], line["job_id"], line["epochs"]) == ("info", "gpusched.test", "job-1", 30)
     stamp = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))

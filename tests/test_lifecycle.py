@@ -1,0 +1,305 @@
+"""The tick on the sandbox cloud: launch, preempt and resume, idle stop, and the no-leak invariants.
+
+Crash tests follow reliability.md: the tick is killed at a named point (after the
+intent is committed, after the cloud call but before its result is recorded),
+a new tick context (a "restarted daemon") drives the same store and cloud on,
+and the invariants are checked: at most one live instance per (job, attempt),
+no instance without a live job once things settle, every job finished or queued.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from providers.base import TAG_ATTEMPT, TAG_INSTANCE, TAG_JOB, TAG_MANAGED, InstanceState, NoCapacity, ProviderUnavailable, Throttled
+from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
+from scheduler import lifecycle, service
+from scheduler.catalog import filter_offers, load_catalog
+from scheduler.jobfile import parse_job
+from scheduler.lifecycle import SimulatedCrash, TickContext
+from scheduler.models import Capacity, ReservedCapacity
+from scheduler.settings import Settings
+from scheduler.simagent import SimAgents
+from scheduler.states import InstanceRowState, JobState
+from scheduler.tables import AttemptRow, IdleStopRow, InstanceRow, JobRow
+
+STEP = timedelta(minutes=1)
+
+
+def job_spec(**policy):
+    data = {
+        "name": "helmet-small",
+        "team": "vision-qa",
+        "kind": "train",
+        "model": "yolov9-s",
+        "data": {"uri": "s3://bucket/helmet", "train_images": 4000, "val_images": 500},
+        "train": {"epochs": 20, "batch": 64},
+        "resources": {"gpus": ["A10"]},
+        "where": {"providers": ["alibaba"], "regions": ["cn-hangzhou"]},
+        "policy": {"deadline": "48h", "capacity": "auto", **policy},
+    }
+    return parse_job(data, "test.yaml")
+
+
+class World:
+    """A daemon's worth of parts on a SimClock: one sandbox cloud posing as Alibaba."""
+
+    def __init__(self, store, clock, *, reserved=(), interruption_scale: float = 0.0, seed: int = 3,
+                 list_delay_seconds: float = 0) -> None:
+        self.store, self.clock = store, clock
+        self.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], idle_stop_minutes=10,
+                                 launch_grace_seconds=120, reserved=list(reserved))
+        offers = filter_offers(load_catalog(), providers=["alibaba"], regions=["cn-hangzhou"])
+        # list_delay_seconds: a new instance shows in listings only after a while (eventual consistency).
+        self.cloud = SandboxCloud(clock, offers, seed=seed, interruption_scale=interruption_scale,
+                                  list_delay_seconds=list_delay_seconds)
+        self.provider = SandboxProvider(self.cloud, name="alibaba", capabilities=capabilities_like("alibaba"))
+        self.agents = SimAgents(store, {"alibaba": self.provider}, "t", seed=seed)
+        self.ctx = self.new_ctx()
+
+    def new_ctx(self, **kw) -> TickContext:
+        """A fresh daemon process: nothing in memory survives but the store and the cloud."""
+        return TickContext(store=self.store, providers={"alibaba": self.provider}, clock=self.clock,
+                           settings=self.settings, ids=random.Random(len(self.cloud.all_instances())), **kw)
+
+    def submit(self, spec) -> str:
+        return service.submit(self.store, self.clock, spec, source="test.yaml").id
+
+    def step(self, n: int = 1, ctx: TickContext | None = None) -> None:
+        for _ in range(n):
+            self.agents.step(self.clock.now())
+            lifecycle.tick(ctx or self.ctx)
+            self.clock.advance(STEP)
+
+    def run_until(self, predicate, limit: int = 5000) -> None:
+        for _ in range(limit):
+            if predicate():
+                return
+            self.step()
+        raise AssertionError("condition not reached in simulated time")
+
+    def job(self, job_id: str) -> JobRow:
+        with self.store.session(write=False) as s:
+            return s.get(JobRow, job_id)
+
+    def attempts(self, job_id: str) -> list[AttemptRow]:
+        with self.store.session(write=False) as s:
+            return list(s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)))
+
+    def instances(self) -> list[InstanceRow]:
+        with self.store.session(write=False) as s:
+            return list(s.scalars(select(InstanceRow).order_by(InstanceRow.created_at)))
+
+    def live_cloud(self):
+        return [i for i in self.cloud.all_instances() if i.state is not InstanceState.terminated]
+
+
+def assert_invariants(world: World) -> None:
+    """No leak, no double launch, no lost job."""
+    per_attempt: dict[tuple[str, str], int] = {}
+    for inst in world.live_cloud():
+        key = (inst.tags[TAG_JOB], inst.tags[TAG_ATTEMPT])
+        per_attempt[key] = per_attempt.get(key, 0) + 1
+    doubles = {k: n for k, n in per_attempt.items() if n > 1}
+    assert not doubles, f"more than one live instance per (job, attempt): {doubles}"
+    rows = {r.id: r for r in world.instances()}
+    for inst in world.live_cloud():
+        row = rows.get(inst.tags[TAG_INSTANCE])
+        assert row is not None and row.state != InstanceRowState.terminated.value, \
+            f"cloud instance {inst.instance_id} has no live record: leaked"
+    with world.store.session(write=False) as s:
+        states = set(s.scalars(select(JobRow.state)))
+    assert states <= {s.value for s in JobState}, states
+
+
+def test_train_job_runs_to_success_then_machine_is_idle_stopped(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    job = w.job(job_id)
+    assert job.epochs_done == 20 and job.attempt == 1
+    [inst] = w.instances()
+    assert inst.job_id is None and inst.idle_since is not None
+    # Warm for idle_stop_minutes, then stopped (Alibaba: stop-charging, spot can stop) or terminated.
+    w.run_until(lambda: w.instances()[0].state in ("stopped", "terminated"), limit=30)
+    with store.session(write=False) as s:
+        stops = s.scalars(select(IdleStopRow)).all()
+    assert len(stops) == 1
+    assert stops[0].at - job.finished_at >= timedelta(minutes=10)
+    assert_invariants(w)
+
+
+def test_preempted_spot_job_resumes_from_last_checkpoint(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec(capacity="spot"))
+    w.run_until(lambda: w.job(job_id).epochs_done >= 5)
+    done_before = w.job(job_id).epochs_done
+    [row] = w.instances()
+    assert row.capacity == "spot"
+    w.cloud.preempt(row.cloud_id)
+    w.step()
+    job = w.job(job_id)
+    assert job.preemptions == 1 and job.state in (JobState.queued.value, JobState.planned.value,
+                                                   JobState.provisioning.value)
+    assert "resumes from epoch" in (w.attempts(job_id)[0].reason or "") or job.reason
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    first, second = w.attempts(job_id)[:2]
+    assert first.state == "preempted" and first.end_epoch >= done_before
+    assert second.number == 2 and second.start_epoch == first.end_epoch > 0
+    assert second.client_token != first.client_token
+    assert_invariants(w)
+
+
+@pytest.mark.parametrize("point", ["after_intent", "after_launch"])
+def test_crash_between_intent_and_cloud_leaves_no_leak_and_no_lost_job(store, sim_clock, point):
+    w = World(store, sim_clock, list_delay_seconds=90)
+    job_id = w.submit(job_spec())
+
+    def crash(name: str) -> None:
+        if name == point:
+            raise SimulatedCrash(name)
+
+    with pytest.raises(SimulatedCrash):
+        w.step(ctx=w.new_ctx(crashpoint=crash))
+    launched_at_cloud = len(w.cloud.all_instances())
+    assert launched_at_cloud == (0 if point == "after_intent" else 1)
+    [row] = w.instances()
+    assert row.state == InstanceRowState.requested.value  # the intent survived the crash
+
+    restarted = w.new_ctx()
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    assert len(w.cloud.all_instances()) == 1, "the re-issued launch must reuse the client token"
+    assert w.instances()[0].cloud_id == w.cloud.all_instances()[0].instance_id
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    assert_invariants(w)
+    del restarted
+
+
+def test_invariant_check_fails_when_tokens_are_random(store, sim_clock, monkeypatch):
+    """The planted bug of reliability.md: a random token per call launches twice after a crash."""
+    w = World(store, sim_clock, list_delay_seconds=90)
+    w.submit(job_spec())
+    monkeypatch.setattr(lifecycle, "_request_token", lambda row: f"rnd-{random.random()}")
+
+    def crash(name: str) -> None:
+        if name == "after_launch":
+            raise SimulatedCrash(name)
+
+    with pytest.raises(SimulatedCrash):
+        w.step(ctx=w.new_ctx(crashpoint=crash))
+    w.step(3)
+    with pytest.raises(AssertionError, match="more than one live instance"):
+        assert_invariants(w)
+
+
+def test_orphan_with_our_tags_is_terminated_after_grace_untagged_never(store, sim_clock):
+    w = World(store, sim_clock)
+    offer = w.provider.offers()[0]
+    orphan = w.cloud.launch(region=offer.region, zone=offer.zone, instance_type=offer.instance_type,
+                            capacity=Capacity.on_demand, client_token="leak-1",
+                            tags={TAG_MANAGED: "t", TAG_INSTANCE: "inst-nobody", TAG_JOB: "job-x", TAG_ATTEMPT: "1"})
+    stranger = w.cloud.launch(region=offer.region, zone=offer.zone, instance_type=offer.instance_type,
+                              capacity=Capacity.on_demand, client_token="someone-else", tags={"owner": "ml-team"})
+    w.step(1)
+    assert w.cloud.get(orphan.instance_id).state is not InstanceState.terminated  # inside the grace period
+    w.step(5)
+    states = {i.instance_id: i.state for i in w.cloud.all_instances()}
+    assert states[orphan.instance_id] in (InstanceState.terminating, InstanceState.terminated)
+    assert states[stranger.instance_id] is not InstanceState.terminated
+
+
+def test_no_capacity_avoids_the_offer_and_launches_elsewhere(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec(capacity="spot"))
+    w.cloud.fail_next("launch", NoCapacity("no stock in this zone", code="OperationDenied.NoStock"))
+    w.step(2)
+    first, second = w.attempts(job_id)[:2]
+    assert first.state == "launch_failed" and "no stock" in first.reason
+    assert (second.zone, second.instance_type) != (first.zone, first.instance_type)
+    assert len(w.cloud.all_instances()) == 1
+    assert_invariants(w)
+
+
+def test_cancel_running_job_frees_machine_for_idle_stop(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    service.cancel(store, sim_clock, job_id)
+    w.step()
+    [row] = w.instances()
+    assert row.job_id is None and row.idle_since is not None
+    w.run_until(lambda: w.instances()[0].state in ("stopped", "terminated"), limit=30)
+    assert w.attempts(job_id)[-1].state == "cancelled"
+    assert_invariants(w)
+
+
+def test_reserved_capacity_used_first_and_never_idle_stopped(store, sim_clock):
+    res = ReservedCapacity(provider="alibaba", region="cn-hangzhou", instance_type="ecs.gn7i-c8g1.2xlarge",
+                           count=1, until=sim_clock.now() + timedelta(days=90))
+    w = World(store, sim_clock, reserved=[res])
+    job_id = w.submit(job_spec())
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    [row] = w.instances()
+    assert row.reserved and row.price_amount == Decimal(0)
+    w.step(60)
+    assert w.instances()[0].state == InstanceRowState.running.value  # prepaid: stopping saves nothing
+    with store.session(write=False) as s:
+        assert s.scalar(select(func.count()).select_from(IdleStopRow)) == 0
+
+
+def test_throttled_launch_is_retried_with_the_same_token(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.cloud.fail_next("launch", Throttled("slow down", code="Throttling"), times=2)
+    w.step()
+    assert len(w.cloud.all_instances()) == 1
+    assert w.job(job_id).state in (JobState.provisioning.value, JobState.running.value)
+
+
+def test_unreachable_cloud_keeps_the_intent_and_reissues_it(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.cloud.lose_next_launch_response()  # created at the cloud, the answer lost
+    w.cloud.fail_next("launch", ProviderUnavailable("down", code="ServiceUnavailable"), times=10)
+    w.step()
+    assert w.instances()[0].state == InstanceRowState.requested.value
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    assert len(w.cloud.all_instances()) == 1
+    assert_invariants(w)
+
+
+def test_failed_listing_does_not_mark_instances_lost(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    w.cloud.fail_next("instances", ProviderUnavailable("down"), times=50)
+    for _ in range(5):
+        lifecycle.tick(w.ctx)
+        sim_clock.advance(timedelta(minutes=3))
+    assert w.job(job_id).state == JobState.running.value and w.job(job_id).preemptions == 0
+
+
+def test_job_nothing_can_run_is_refused_with_a_reason(store, sim_clock):
+    w = World(store, sim_clock)
+    spec = job_spec(budget="1 CNY")
+    job_id = w.submit(spec)
+    w.step()
+    job = w.job(job_id)
+    assert job.state == JobState.failed.value
+    assert job.reason.startswith("refused:") and "budget" in job.reason
+    assert w.cloud.all_instances() == []
+
+
+def test_spot_yaml_round_trip_of_plan_json_is_stored(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.step()
+    plan = w.job(job_id).plan_json
+    assert plan["action"] == "launch" and plan["choice"]["provider"] == "alibaba"
+    assert yaml.safe_dump(plan)  # plain JSON types only
