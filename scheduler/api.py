@@ -17,13 +17,11 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -43,7 +41,6 @@ log = get_logger(__name__)
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 JSON_TYPES = frozenset({"application/json", ""})
 MAX_BODY_BYTES = 1 << 20  # a job file is a few hundred bytes; anything near this is a mistake
-_DURATION = TypeAdapter(timedelta)
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
@@ -161,27 +158,7 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     source = envelope.get("source") or "job.yaml"
     if not isinstance(source, str):
         raise _BadRequest(400, "\"source\" must be a file name", "e.g. \"source\": \"helmet.yaml\"")
-    return await run_in_threadpool(parse_job, _readable_duration(envelope["spec"]), source), source
-
-
-def _readable_duration(spec: object) -> object:
-    """A relative deadline dumped by pydantic ("P1DT12H") rewritten the way job.yaml writes it ("1d12h0m").
-
-    ``JobSpec.model_dump(mode="json")``, which the CLI sends, writes a timedelta as
-    an ISO 8601 duration, and the job.yaml grammar reads only "36h"-style text.
-    """
-    if not isinstance(spec, dict) or not isinstance(spec.get("policy"), dict):
-        return spec
-    deadline = spec["policy"].get("deadline")
-    if not (isinstance(deadline, str) and deadline.startswith("P")):
-        return spec
-    try:
-        delta = _DURATION.validate_python(deadline)
-    except ValidationError:
-        return spec  # let the job file check report it in its own words
-    minutes = int(delta.total_seconds() // 60)
-    text = f"{minutes // 1440}d{minutes % 1440 // 60}h{minutes % 60}m"
-    return {**spec, "policy": {**spec["policy"], "deadline": text}}
+    return await run_in_threadpool(parse_job, envelope["spec"], source), source
 
 
 def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> list[str]:

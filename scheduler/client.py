@@ -8,6 +8,7 @@ CLI prints it exactly as it prints a local validation error), an unknown id.
 from __future__ import annotations
 
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
@@ -146,10 +147,10 @@ class ApiClient:
 
 
 def _path_part(job_id: str) -> str:
-    # An id with a slash would reach another route; ids never contain one.
+    # A slash or ".." would reach another route, even escaped (the server decodes %2F first).
     if not job_id or "/" in job_id or job_id in (".", ".."):
         raise NotFoundError(f"no job {job_id!r}", fix="list jobs with `gpusched status`")
-    return job_id
+    return quote(job_id, safe="")
 
 
 def _json(response: httpx.Response, base_url: str) -> Any:

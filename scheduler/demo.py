@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console

@@ -14,7 +14,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from scheduler.money import Money
 
@@ -23,6 +23,14 @@ PROVIDERS = ("aws", "alibaba", "tencent", "sandbox")
 EXPORT_FORMATS = ("torchscript", "onnx", "openvino", "engine", "coreml", "saved_model", "pb", "tflite")
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*$")
+
+
+def format_duration(delta: timedelta) -> str:
+    """The inverse of parse_duration: timedelta(hours=36) -> "1d12h" (minutes precision)."""
+    minutes = int(delta.total_seconds() // 60)
+    d, rest = divmod(minutes, 1440)
+    h, m = divmod(rest, 60)
+    return "".join(f"{n}{u}" for n, u in ((d, "d"), (h, "h"), (m, "m")) if n) or "0m"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -132,6 +140,17 @@ class PolicySpec(Frozen):
         if isinstance(v, (int, float)):
             raise ValueError("a deadline is an ISO time or a duration string like '36h'")
         return v
+
+    @field_serializer("deadline")
+    def _deadline_out(self, v: datetime | timedelta | None) -> str | None:
+        # Written back the way job.yaml spells it, so a dumped spec parses again.
+        if v is None:
+            return None
+        return format_duration(v) if isinstance(v, timedelta) else v.isoformat()
+
+    @field_serializer("budget")
+    def _budget_out(self, v: Money | None) -> str | None:
+        return None if v is None else f"{v.amount} {v.currency}"
 
     @field_validator("budget", mode="before")
     @classmethod

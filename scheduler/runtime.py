@@ -6,11 +6,10 @@ takes its collaborators as arguments (and tests can hand in fakes).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import structlog
-from sqlalchemy import func, select
 
 from providers.base import Provider
 from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
@@ -90,19 +89,12 @@ def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None
             store.dispose()
 
 
-def previous_month(now: datetime) -> str:
-    first = now.astimezone(timezone.utc).replace(day=1)
-    year, month = (first.year, first.month - 1) if first.month > 1 else (first.year - 1, 12)
-    return f"{year:04d}-{month:02d}"
-
-
 def run_daemon(settings: Settings) -> None:
     """Build everything from settings and serve until SIGTERM."""
-    from scheduler import lifecycle
+    from scheduler import lifecycle, reports
     from scheduler.api import create_app
     from scheduler.daemon import Daemon
     from scheduler.simagent import SimAgents
-    from scheduler.tables import InstanceRow, JobRow
 
     if settings.api_token is None:
         raise UserError("the daemon needs an API token", fix="set GPUSCHED_API_TOKEN (e.g. `openssl rand -hex 24`)")
@@ -121,20 +113,10 @@ def run_daemon(settings: Settings) -> None:
         return lifecycle.tick(ctx)
 
     def monthly_report() -> object:
-        return write_monthly_report(settings, previous_month(clock.now()), now=clock.now(), store=store)
-
-    def metrics() -> str:
-        lines = ["# TYPE gpusched_jobs gauge"]
-        with store.session() as s:
-            for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state)):
-                lines.append(f'gpusched_jobs{{state="{state}"}} {n}')
-            lines.append("# TYPE gpusched_instances gauge")
-            for state, n in s.execute(select(InstanceRow.state, func.count()).group_by(InstanceRow.state)):
-                lines.append(f'gpusched_instances{{state="{state}"}} {n}')
-        return "\n".join(lines) + "\n"
+        return write_monthly_report(settings, reports.previous_month(clock.now()), now=clock.now(), store=store)
 
     daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report, app=None)
-    app = create_app(store, clock, settings, health=daemon.health, metrics=metrics)
+    app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics)
     daemon.app = app
     log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,
              store=settings.db_url.split("@")[-1])

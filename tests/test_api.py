@@ -173,9 +173,9 @@ def test_submit_raw_yaml_names_its_source(client: TestClient) -> None:
 
 
 def test_a_relative_deadline_sent_as_the_clis_json_dump_is_understood(client: TestClient) -> None:
-    # The CLI sends JobSpec.model_dump(mode="json"), which writes "36h" as "P1DT12H".
+    # The CLI sends JobSpec.model_dump(mode="json"), which writes "36h" the way job.yaml does.
     dumped = parse_job({**JOB, "policy": {"deadline": "36h"}}, "h.yaml").model_dump(mode="json")
-    assert dumped["policy"]["deadline"] == "P1DT12H"
+    assert dumped["policy"]["deadline"] == "1d12h"
     job = submit(client, dumped)
     assert datetime.fromisoformat(job["deadline_at"]) == NOW + timedelta(hours=36)
 

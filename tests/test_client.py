@@ -93,6 +93,19 @@ def test_without_a_token_no_authorization_header_is_sent() -> None:
     assert "Authorization" not in seen[0].headers
 
 
+def test_an_id_is_sent_as_one_path_segment() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(404, json={"error": "no job", "fix": None})
+
+    with pytest.raises(NotFoundError):
+        client_answering(handler).cancel("job-1?x=1#y")
+    assert seen[0].method == "POST"
+    assert seen[0].url.raw_path == b"/v1/jobs/job-1%3Fx%3D1%23y/cancel"
+
+
 def test_an_id_with_a_slash_never_reaches_another_route() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise AssertionError(f"no request expected, got {request.url}")
