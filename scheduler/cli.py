@@ -109,7 +109,14 @@ def plan_cmd(
                 "finish by (UTC)", "why"):
         table.add_column(col, overflow="fold")
     chosen = decision.choice
-    for opt in options[:show]:
+    # One row per (cloud, GPU, instance type, capacity): its best zone. Zones of one type clutter the table.
+    shown, seen = [], set()
+    for opt in ([chosen] if chosen else []) + options:
+        key = (opt.provider, opt.gpu, opt.instance_type, opt.capacity, opt.source)
+        if key not in seen:
+            seen.add(key)
+            shown.append(opt)
+    for opt in shown[:show]:
         mark = "→" if chosen is not None and opt == chosen else ""
         style = "bold green" if mark else ("" if opt.feasible else "dim")
         table.add_row(
@@ -124,6 +131,8 @@ def plan_cmd(
             style=style,
         )
     out.print(table)
+    if len(shown) > show:
+        out.print(f"[dim]{len(shown) - show} more (cloud, GPU, type, capacity) choices: --show {len(shown)}[/dim]")
     verdict = {"launch": "would launch", "reuse": "would reuse", "wait": "would wait", "refuse": "refused"}
     out.print(f"[bold]{verdict[decision.action]}[/bold]: {decision.reason}")
     if decision.action == "refuse":

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+import importlib
+from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 import pytest
@@ -127,6 +129,16 @@ HARNESS_FACTORIES: dict[str, Callable[[], ProviderHarness]] = {
     "sandbox": lambda: SandboxHarness("sandbox", ALIBABA_LIKE_CATALOG, "CNY", spot_can_stop=True),
     "sandbox-as-aws": lambda: SandboxHarness("aws", AWS_LIKE_CATALOG, "USD", spot_can_stop=False),
 }
+
+
+def _load_cloud_harnesses() -> None:
+    """Each real-HTTP provider brings its harness in tests/contract/harness_<cloud>.py (HARNESSES)."""
+    for path in sorted(Path(__file__).parent.glob("harness_*.py")):
+        module = importlib.import_module(f"tests.contract.{path.stem}")
+        HARNESS_FACTORIES.update(module.HARNESSES)
+
+
+_load_cloud_harnesses()
 
 
 @pytest.fixture(params=sorted(HARNESS_FACTORIES))

@@ -1,0 +1,83 @@
+"""The gpusched command line as a user runs it: real processes, real exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def gpusched(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}
+    base.update({"COLUMNS": "200", **(env or {})})
+    return subprocess.run([sys.executable, "-m", "scheduler.cli", *args], capture_output=True, text=True,
+                          env=base, cwd=cwd or ROOT, timeout=120)
+
+
+def test_validate_accepts_every_example():
+    r = gpusched("validate", *sorted(str(p) for p in EXAMPLES.glob("*.yaml")))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ok ") == len(list(EXAMPLES.glob("*.yaml")))
+
+
+def test_validate_bad_file_names_file_field_and_fix_without_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Helmet\nteam: vision-qa\nkind: train\nmodel: yolov9-s\n"
+                   "data: {uri: s3://b/d, train_images: 100}\ntrain: {epochs: 10}\n"
+                   "policy: {budget: 800, deadline: soon}\n")
+    r = gpusched("validate", str(bad))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr + r.stdout
+    assert str(bad) in r.stderr
+    for field in ("name", "policy.budget", "policy.deadline"):
+        assert field in r.stderr
+    assert "e.g." in r.stderr
+
+
+def test_schema_is_json_schema_naming_the_job_fields():
+    r = gpusched("schema")
+    assert r.returncode == 0
+    schema = json.loads(r.stdout)
+    assert {"name", "team", "kind", "model", "policy"} <= set(schema["properties"])
+
+
+def test_plan_shows_spot_and_on_demand_alternatives_with_costs():
+    r = gpusched("plan", str(EXAMPLES / "helmet-s-train.yaml"), "--at", "2026-11-02T09:00:00+00:00", "--show", "40")
+    assert r.returncode == 0, r.stderr
+    assert "spot" in r.stdout and "on-demand" in r.stdout
+    assert "CNY" in r.stdout and "would launch" in r.stdout
+
+
+def test_submit_without_a_daemon_says_how_to_start_it():
+    r = gpusched("submit", str(EXAMPLES / "helmet-s-train.yaml"),
+                 env={"GPUSCHED_API_URL": "http://127.0.0.1:9", "GPUSCHED_API_TOKEN": "x" * 24})
+    assert r.returncode == 2
+    assert "cannot reach the gpusched daemon" in r.stderr and "gpusched daemon" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_setting_is_a_clear_error(tmp_path):
+    r = gpusched("plan", str(EXAMPLES / "helmet-s-train.yaml"), env={"GPUSCHED_REPORT_CURRENCY": "EUR"})
+    assert r.returncode == 2
+    assert "GPUSCHED_REPORT_CURRENCY" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("month", ["2026-13", "november"])
+def test_report_rejects_a_malformed_month(tmp_path, month):
+    r = gpusched("report", "--month", month, env={"GPUSCHED_DATA_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "month" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_report_from_an_empty_store_writes_three_files(tmp_path):
+    r = gpusched("report", "--month", "2026-11", "--out", str(tmp_path / "out"),
+                 env={"GPUSCHED_DATA_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["report-2026-11.csv", "report-2026-11.html", "report-2026-11.md"]
