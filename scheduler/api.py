@@ -27,7 +27,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import service
 from scheduler.clock import Clock
-from scheduler.errors import GpuschedError, JobFileError, NotFoundError, SettingsError, UserError
+from scheduler.errors import (
+    GpuschedError,
+    JobFileError,
+    NotFoundError,
+    SettingsError,
+    UserError,
+)
 from scheduler.jobfile import parse_job, parse_job_text
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec

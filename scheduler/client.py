@@ -13,7 +13,14 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 
-from scheduler.errors import DaemonUnreachable, FieldProblem, GpuschedError, JobFileError, NotFoundError, UserError
+from scheduler.errors import (
+    DaemonUnreachable,
+    FieldProblem,
+    GpuschedError,
+    JobFileError,
+    NotFoundError,
+    UserError,
+)
 from scheduler.service import JobDetail, JobView
 from scheduler.states import JobState
 

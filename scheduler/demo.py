@@ -27,6 +27,7 @@ from scheduler import lifecycle, service
 from scheduler.clock import SimClock
 from scheduler.jobfile import load_job_file
 from scheduler.lifecycle import TickContext
+from scheduler.logs import configure_logging
 from scheduler.models import Capacity, ReservedCapacity
 from scheduler.money import Money, total
 from scheduler.runtime import build_sandbox, write_monthly_report
@@ -34,8 +35,14 @@ from scheduler.settings import Settings
 from scheduler.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
 from scheduler.store import Store
-from scheduler.logs import configure_logging
-from scheduler.tables import AttemptRow, CostRecordRow, EventRow, IdleStopRow, InstanceRow, JobRow
+from scheduler.tables import (
+    AttemptRow,
+    CostRecordRow,
+    EventRow,
+    IdleStopRow,
+    InstanceRow,
+    JobRow,
+)
 
 START = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)  # a Monday
 STEP = timedelta(seconds=60)

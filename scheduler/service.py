@@ -8,7 +8,6 @@ double as the API's response models.
 from __future__ import annotations
 
 import random
-
 from datetime import datetime
 from decimal import Decimal
 from typing import Any

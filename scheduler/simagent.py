@@ -21,8 +21,8 @@ from sqlalchemy import select
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
 from scheduler import perf
+from scheduler.agent_reports import report_finished, report_progress
 from scheduler.clock import utc
-from scheduler.lifecycle import report_finished, report_progress
 from scheduler.models import JobSpec, Kind
 from scheduler.states import AttemptState
 from scheduler.store import Store

@@ -135,6 +135,20 @@ def test_train_job_runs_to_success_then_machine_is_idle_stopped(store, sim_clock
     assert_invariants(w)
 
 
+def test_stopped_machine_is_terminated_after_the_retention_period(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec(capacity="on-demand"))
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    w.run_until(lambda: w.instances()[0].state == "stopped", limit=30)
+    stopped_at = w.instances()[0].stopped_at
+    sim_clock.advance(timedelta(hours=w.settings.stopped_retention_hours) - timedelta(minutes=5))
+    w.step(2)
+    assert w.instances()[0].state == "stopped"  # not yet
+    w.run_until(lambda: w.instances()[0].state == "terminated", limit=20)
+    assert sim_clock.now() - stopped_at >= timedelta(hours=w.settings.stopped_retention_hours)
+    assert w.live_cloud() == []
+
+
 def test_preempted_spot_job_resumes_from_last_checkpoint(store, sim_clock):
     w = World(store, sim_clock)
     job_id = w.submit(job_spec(capacity="spot"))

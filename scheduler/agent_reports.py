@@ -1,0 +1,62 @@
+"""Reports from the on-instance agent: an epoch finished (a new resume point), the job exited.
+
+Stale reports from an earlier attempt are fenced off by the attempt number.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from sqlalchemy.orm import Session
+
+from scheduler.states import (
+    ATTEMPT_MOVES,
+    AttemptState,
+    InstanceRowState,
+    JobState,
+    move,
+)
+from scheduler.store import add_event
+from scheduler.tables import InstanceRow, JobRow
+from scheduler.transitions import current_attempt, make_idle, set_job
+
+log = structlog.get_logger("gpusched.tick")
+
+A, I, J = AttemptState, InstanceRowState, JobState
+
+
+# --- reports from the on-instance agent ---------------------------------------------
+
+
+def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, checkpoint_uri: str | None,
+                    now: datetime) -> None:
+    """The agent finished an epoch and uploaded ``last.pt``: that is the new resume point."""
+    job = s.get(JobRow, job_id)
+    attempt = current_attempt(s, job_id)
+    if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
+        return  # a stale report from an older attempt: fenced off
+    if epochs_done > job.epochs_done:
+        job.epochs_done = epochs_done
+        job.checkpoint_uri = checkpoint_uri
+        job.updated_at = now
+
+
+def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "") -> None:
+    """The agent says the job's process exited; its machine becomes idle and warm."""
+    job = s.get(JobRow, job_id)
+    attempt = current_attempt(s, job_id)
+    if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
+        return
+    attempt.state = move(ATTEMPT_MOVES, A.running, A.succeeded if ok else A.failed, "attempt")
+    attempt.ended_at = now
+    attempt.end_epoch = job.epochs_done
+    attempt.reason = message or None
+    if J(job.state) is J.running:
+        set_job(job, J.succeeded if ok else J.failed, now, message or None)
+        job.finished_at = now
+    add_event(s, now, "job_finished", f"{'succeeded' if ok else 'failed'} {message}".strip(), job_id=job.id)
+    if attempt.instance_id:
+        row = s.get(InstanceRow, attempt.instance_id)
+        if row is not None and row.job_id == job.id:
+            make_idle(s, row, now)

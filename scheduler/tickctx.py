@@ -1,0 +1,65 @@
+"""What one tick works with (the context) and what it reports; shared by the tick's phases."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from providers.base import (
+    Provider,
+)
+from scheduler.clock import Clock
+from scheduler.offerbook import OfferBook
+from scheduler.planner import PlannerPolicy
+from scheduler.settings import Settings
+from scheduler.store import Store
+
+log = structlog.get_logger("gpusched.tick")
+
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a named crash point in tests: the process 'dies' there."""
+
+
+@dataclass
+class TickContext:
+    store: Store
+    providers: Mapping[str, Provider]
+    clock: Clock
+    settings: Settings
+    offers: OfferBook = field(default_factory=OfferBook)
+    policy: PlannerPolicy | None = None
+    # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
+    crashpoint: Callable[[str], None] = lambda name: None
+    rng_seed: int = 0
+    # Repeatable instance ids for simulations; None in the daemon.
+    ids: random.Random | None = None
+
+    def planner_policy(self) -> PlannerPolicy:
+        if self.policy is None:
+            self.policy = PlannerPolicy(currency=self.settings.report_currency, fx=self.settings.fx)
+        return self.policy
+
+
+@dataclass
+class TickReport:
+    at: datetime
+    launched: int = 0
+    reused: int = 0
+    preempted: int = 0
+    finished: int = 0
+    idle_stopped: int = 0
+    orphans_terminated: int = 0
+    launch_failures: int = 0
+    cost_records: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def backoff_rng(ctx: TickContext, now: datetime) -> random.Random:
+    """Jitter for back-off: seeded from the tick time so a simulated run repeats exactly."""
+    return random.Random(ctx.rng_seed * 1_000_003 + int(now.timestamp()))
