@@ -22,10 +22,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from scheduler import service
+from scheduler import agent_token, service
+from scheduler.agent_reports import report_finished, report_progress
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -173,6 +175,55 @@ def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> lis
     return lines
 
 
+class AgentProgress(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    epochs_done: int = Field(ge=0)
+    checkpoint_uri: str | None = Field(default=None, max_length=1024)
+
+
+class AgentFinished(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ok: bool
+    message: str = Field(default="", max_length=2000)
+
+
+def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
+    """Routes for on-instance agents: each authenticates with its job-scoped token, never the API token."""
+    key = agent_token.signing_key(api_token)
+
+    def scope(request: Request) -> tuple[str, int]:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            raise _Unauthorized()
+        try:
+            return agent_token.verify(key, given.strip(), clock.now())
+        except agent_token.AgentTokenError:
+            raise _Unauthorized() from None
+
+    router = APIRouter(prefix="/v1/agent")
+
+    @router.get("/job")
+    def my_job(claims: tuple[str, int] = Depends(scope)) -> dict[str, Any]:
+        detail = service.get_job(store, claims[0], events=0)
+        return {"job_id": detail.id, "attempt": claims[1], "spec": detail.spec,
+                "epochs_done": detail.epochs_done, "checkpoint_uri": detail.checkpoint_uri}
+
+    @router.post("/progress", status_code=204)
+    def progress(body: AgentProgress, claims: tuple[str, int] = Depends(scope)) -> Response:
+        with store.session() as s:
+            report_progress(s, claims[0], claims[1], body.epochs_done, body.checkpoint_uri, clock.now())
+        return Response(status_code=204)
+
+    @router.post("/finished", status_code=204)
+    def finished(body: AgentFinished, claims: tuple[str, int] = Depends(scope)) -> Response:
+        with store.session() as s:
+            report_finished(s, claims[0], claims[1], body.ok, clock.now(), body.message)
+        log.info("agent_finished", job_id=claims[0], attempt=claims[1], ok=body.ok)
+        return Response(status_code=204)
+
+    return router
+
+
 def create_app(
     store: Store,
     clock: Clock,
@@ -221,6 +272,7 @@ def create_app(
         return view
 
     app.include_router(v1)
+    app.include_router(_agent_router(store, clock, token))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

@@ -39,6 +39,7 @@ from providers.base import (
 from providers.retry import call_with_retry
 from scheduler import ledger
 from scheduler.agent_reports import report_finished, report_progress
+from scheduler.bootstrap import user_data_for
 from scheduler.clock import utc
 from scheduler.models import Capacity, JobSpec, Offer
 from scheduler.planner import Decision, FleetSlot, PlanJob, plan
@@ -331,6 +332,18 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
     _launch(ctx, now, row_id, report)
 
 
+def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow) -> str:
+    """Bootstrap for the on-instance agent. Issued as of the attempt's creation, so a
+    re-issued launch sends byte-identical parameters (clouds reject a reused client
+    token with different ones). Without an API token (demo, tests) there is no agent API."""
+    token = ctx.settings.api_token
+    if token is None:
+        return ""
+    return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), job.id,
+                         attempt.number, utc(attempt.created_at), attempt.est_hours or 1.0,
+                         resume_from=job.checkpoint_uri if attempt.start_epoch else None)
+
+
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
     for o in ctx.offers.offers(ctx.providers, now):
         if o.key == key:
@@ -360,6 +373,7 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
                 TAG_TEAM: job.team,
             },
             name=f"gpusched-{job.name}-a{attempt.number}"[:63],
+            user_data=_user_data(ctx, job, attempt),
         )
     provider = ctx.providers[row.provider]
     try:

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8642, ge=1, le=65535)
     api_url: str = ""  # empty: http://<api_host>:<api_port>
     api_token: SecretStr | None = None
+    # How instances reach the API (the agent reports progress there); empty: api_url.
+    agent_api_url: str = ""
 
     # --- the lifecycle
     tick_seconds: float = Field(default=10.0, gt=0)

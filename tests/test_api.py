@@ -322,3 +322,60 @@ def test_metrics_count_jobs_and_instances_by_state_and_add_the_daemons_own(store
     assert all(f'gpusched_instances{{state="{s.value}"}}' in samples for s in InstanceRowState)
     assert samples["gpusched_ticks_total"] == "12"
     assert r.text.count("# TYPE gpusched_jobs gauge") == 1
+
+
+# --- the on-instance agent's routes -----------------------------------------------------
+
+
+def _running_attempt(store: Store, job_id: str, clock: SimClock) -> None:
+    """Put the job on a (pretend) machine: attempt 1 running, as the tick would."""
+    from scheduler.tables import AttemptRow, JobRow
+
+    with store.session() as s:
+        job = s.get(JobRow, job_id)
+        job.state, job.attempt = "running", 1
+        s.add(AttemptRow(job_id=job_id, number=1, state="running", client_token=f"gs-{job_id}-a1",
+                         provider="alibaba", region="cn-hangzhou", zone="cn-hangzhou-h",
+                         instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot", start_epoch=0,
+                         created_at=clock.now(), started_at=clock.now()))
+
+
+def _agent_auth(job_id: str, attempt: int, clock: SimClock, api_token: str = TOKEN) -> dict[str, str]:
+    from scheduler import agent_token
+
+    tok = agent_token.issue(agent_token.signing_key(api_token), job_id, attempt, clock.now(), timedelta(hours=1))
+    return {"Authorization": f"Bearer {tok}"}
+
+
+def test_agent_reports_progress_and_finish_with_its_job_token(client: TestClient, store: Store,
+                                                              clock: SimClock) -> None:
+    job = submit(client, JOB)
+    _running_attempt(store, job["id"], clock)
+    auth = _agent_auth(job["id"], 1, clock)
+    r = client.get("/v1/agent/job", headers=auth)
+    assert r.status_code == 200 and r.json()["job_id"] == job["id"] and r.json()["attempt"] == 1
+    r = client.post("/v1/agent/progress", json={"epochs_done": 7, "checkpoint_uri": "s3://b/last.pt"}, headers=auth)
+    assert r.status_code == 204
+    assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["epochs_done"] == 7
+    r = client.post("/v1/agent/finished", json={"ok": True}, headers=auth)
+    assert r.status_code == 204
+    assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["state"] == "succeeded"
+
+
+def test_agent_token_cannot_act_as_admin_and_admin_token_is_not_an_agent_token(client: TestClient, store: Store,
+                                                                               clock: SimClock) -> None:
+    job = submit(client, JOB)
+    _running_attempt(store, job["id"], clock)
+    auth = _agent_auth(job["id"], 1, clock)
+    assert client.get("/v1/jobs", headers=auth).status_code == 401
+    assert client.post("/v1/agent/progress", json={"epochs_done": 1}, headers=AUTH).status_code == 401
+    forged = _agent_auth(job["id"], 1, clock, api_token="some-other-daemon-token-000")
+    assert client.post("/v1/agent/progress", json={"epochs_done": 1}, headers=forged).status_code == 401
+
+
+def test_a_stale_attempts_report_is_ignored(client: TestClient, store: Store, clock: SimClock) -> None:
+    job = submit(client, JOB)
+    _running_attempt(store, job["id"], clock)
+    old = _agent_auth(job["id"], 0, clock)
+    assert client.post("/v1/agent/progress", json={"epochs_done": 50}, headers=old).status_code == 204
+    assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["epochs_done"] == 0

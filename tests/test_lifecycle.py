@@ -317,3 +317,18 @@ def test_spot_yaml_round_trip_of_plan_json_is_stored(store, sim_clock):
     plan = w.job(job_id).plan_json
     assert plan["action"] == "launch" and plan["choice"]["provider"] == "alibaba"
     assert yaml.safe_dump(plan)  # plain JSON types only
+
+
+def test_launch_carries_agent_user_data_without_the_api_token(store, sim_clock):
+    w = World(store, sim_clock)
+    secret = "daemon-api-token-0123456789abcdef"
+    w.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], api_token=secret,
+                          agent_api_url="https://gpusched.example:8642")
+    w.ctx = w.new_ctx()
+    job_id = w.submit(job_spec())
+    w.step()
+    [inst] = w.cloud.all_instances()
+    assert inst.user_data.startswith("#cloud-config")
+    assert f"GPUSCHED_AGENT_JOB={job_id}" in inst.user_data
+    assert "https://gpusched.example:8642" in inst.user_data
+    assert secret not in inst.user_data
