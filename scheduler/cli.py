@@ -229,6 +229,56 @@ def demo(
     run_demo(out_dir=out_dir, seed=seed, console=out)
 
 
+providers_app = typer.Typer(help="Cloud providers: credentials, reachability, offers.", no_args_is_help=True)
+app.add_typer(providers_app, name="providers")
+
+
+@providers_app.command("check")
+def providers_check() -> None:
+    """One line per provider: can we reach it with these credentials? (No secret is printed.)"""
+    from scheduler.clock import SystemClock
+    from scheduler.runtime import build_providers, check_provider
+
+    settings = _settings()
+    _setup_logging(settings)
+    failed = 0
+    for name, provider in sorted(build_providers(settings, SystemClock()).items()):
+        ok, detail = check_provider(provider, settings.cluster)
+        failed += not ok
+        mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
+        out.print(f"{mark} {name:<8} {detail}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def offers(
+    gpu: Optional[str] = typer.Option(None, help="only this GPU model, e.g. A10"),
+    provider: Optional[str] = typer.Option(None, help="only this provider"),
+    region: Optional[str] = typer.Option(None, help="only this region"),
+) -> None:
+    """Live offers from the configured providers (catalog prices where a cloud gives none)."""
+    from scheduler.clock import SystemClock
+    from scheduler.runtime import build_providers
+
+    settings = _settings()
+    _setup_logging(settings)
+    rows = []
+    for name, prov in sorted(build_providers(settings, SystemClock()).items()):
+        if provider and name != provider:
+            continue
+        rows += [o for o in prov.offers([region] if region else None) if gpu is None or o.gpu == gpu]
+    table = Table(title=f"{len(rows)} offer(s)")
+    for col in ("cloud", "zone", "instance type", "GPU", "vCPU", "on-demand /h", "spot /h", "stock", "price source"):
+        table.add_column(col, overflow="fold")
+    for o in sorted(rows, key=lambda o: (o.gpu, o.provider, o.zone, o.instance_type)):
+        table.add_row(o.provider, o.zone, o.instance_type, f"{o.gpu_count}x {o.gpu}", str(o.vcpus),
+                      str(o.on_demand.per_hour) if o.on_demand else "-", str(o.spot.per_hour) if o.spot else "-",
+                      f"{o.on_demand_stock.value}/{o.spot_stock.value}",
+                      (o.spot or o.on_demand).source if (o.spot or o.on_demand) else "")
+    out.print(table)
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the store to the latest schema."""

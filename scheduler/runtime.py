@@ -11,7 +11,7 @@ from pathlib import Path
 
 import structlog
 
-from providers.base import Provider
+from providers.base import TAG_MANAGED, Provider, ProviderError
 from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.catalog import filter_offers, load_catalog
 from scheduler.clock import Clock, ScaledClock, SystemClock
@@ -41,6 +41,18 @@ def build_providers(settings: Settings, clock: Clock) -> dict[str, Provider]:
     if settings.backend == "sandbox":
         return build_sandbox(settings, clock)[0]
     raise UserError(f"unknown backend {settings.backend!r}", fix="set GPUSCHED_BACKEND=sandbox")
+
+
+def check_provider(provider: Provider, cluster: str) -> tuple[bool, str]:
+    """List our instances once: proves credentials, permissions and reachability in one cheap call."""
+    try:
+        instances = provider.instances({TAG_MANAGED: cluster})
+    except ProviderError as exc:
+        detail = f"{type(exc).__name__}: {exc.message}"
+        if exc.code:
+            detail += f" (code {exc.code}{', request ' + exc.request_id if exc.request_id else ''})"
+        return False, detail
+    return True, f"reachable; {len(instances)} instance(s) tagged {TAG_MANAGED}={cluster}"
 
 
 def reserved_slots(settings: Settings, offers: list[Offer], now: datetime) -> list[FleetSlot]:

@@ -81,3 +81,18 @@ def test_report_from_an_empty_store_writes_three_files(tmp_path):
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names == ["report-2026-11.csv", "report-2026-11.html", "report-2026-11.md"]
+
+
+def test_providers_check_prints_one_line_per_provider_and_no_secret():
+    secret = "sk-test-should-never-print-0123456789"
+    r = gpusched("providers", "check", env={"GPUSCHED_API_TOKEN": secret})
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    assert [line.split()[1] for line in lines] == ["alibaba", "aws", "tencent"]
+    assert secret not in r.stdout + r.stderr
+
+
+def test_offers_filters_by_gpu():
+    r = gpusched("offers", "--gpu", "A10G")
+    assert r.returncode == 0, r.stderr
+    assert "A10G" in r.stdout and "g5." in r.stdout and "gn7i" not in r.stdout
