@@ -403,6 +403,34 @@ class SandboxCloud:
                 out.append(self._snapshot(machine, now))
             return out
 
+    def next_event_after(self, now: datetime) -> datetime | None:
+        """The earliest scheduled change (a boot ending, a stop finishing, a spot reclaim) after ``now``.
+
+        Lets a simulation jump from event to event instead of ticking through quiet hours.
+        """
+        with self._lock:
+            times = []
+            for machine in self._machines.values():
+                self._settle(machine, now)
+                if machine.next_change is not None:
+                    times.append(machine.next_change[0])
+                if machine.reclaim_at is not None and machine.state in _RECLAIMABLE:
+                    times.append(machine.reclaim_at)
+            later = [t for t in times if t > now]
+            return min(later) if later else None
+
+    def ended_at(self, instance_id: str) -> datetime | None:
+        """When the instance stopped running (reclaimed, stopped or terminated); None while it runs."""
+        with self._lock:
+            machine = self._any_machine(instance_id)
+            self._settle(machine, self._clock.now())
+            if machine.state in (_S.pending, _S.running):
+                return None
+            for at, state in machine.history:
+                if state not in (_S.pending, _S.running):
+                    return at
+            return machine.state_since
+
     def history(self, instance_id: str) -> list[tuple[datetime, InstanceState]]:
         """Every state the instance entered, with the moment it was due."""
         with self._lock:

@@ -50,7 +50,10 @@ class OfferBook:
             self._fetched_at.pop(provider, None)
 
     def avoid(self, offer: Offer, capacity: Capacity, now: datetime) -> None:
-        self._avoid[avoid_key(offer, capacity)] = now + self.avoid_for
+        self.avoid_key(avoid_key(offer, capacity), now)
+
+    def avoid_key(self, key: str, now: datetime) -> None:
+        self._avoid[key] = now + self.avoid_for
 
     def avoided(self, now: datetime) -> frozenset[str]:
         for key in [k for k, until in self._avoid.items() if until <= now]:

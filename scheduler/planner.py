@@ -85,7 +85,14 @@ class PlannerPolicy(Frozen):
     boot_hours: float = Field(default=0.05, ge=0)  # launch -> running
     restart_hours: float = Field(default=0.15, ge=0)  # after a spot reclaim: boot + image pull + data/checkpoint
     deadline_safety: float = Field(default=0.1, ge=0, lt=1)  # finish with this share of the remaining time spare
-    max_preemptions_before_on_demand: int = Field(default=3, ge=0)
+    max_preemptions_before_on_demand: int = Field(default=6, ge=0)
+    # Baselines for `gpusched simulate`: "on-demand" (everything on-demand, cheapest fitting),
+    # "spot-greedy" / "skypilot-like" (cheapest spot list price, blind to interruptions).
+    strategy: Literal["gpusched", "on-demand", "spot-greedy", "skypilot-like"] = "gpusched"
+
+    @property
+    def naive_spot(self) -> bool:
+        return self.strategy in ("spot-greedy", "skypilot-like")
 
 
 class Option(Frozen):
@@ -180,6 +187,10 @@ class _Scored:
 
 
 def _allowed_capacities(job: PlanJob, policy: PlannerPolicy) -> frozenset[Capacity]:
+    if policy.strategy == "on-demand":
+        return frozenset({Capacity.on_demand})
+    if policy.naive_spot:
+        return frozenset({Capacity.spot})
     wanted = job.spec.policy.capacity
     if wanted == "spot":
         # The user asked for spot only; their choice stands even after preemptions
@@ -292,7 +303,8 @@ def _score(job: PlanJob, cand: _Candidate, est: Estimate | str, m: _Market) -> _
     elif not est.fits or not math.isfinite(est.hours):
         blockers.append(_Blocker("memory", est.why_not or f"does not fit in {offer.gpu} memory"))
     usable = isinstance(est, Estimate) and not any(b.kind in ("estimate", "memory") for b in blockers)
-    timing = _timing(spec, est, cand.capacity, offer.spot_interruptions_per_hour, policy) \
+    rate = 0.0 if policy.naive_spot else offer.spot_interruptions_per_hour
+    timing = _timing(spec, est, cand.capacity, rate, policy) \
         if usable and isinstance(est, Estimate) else _Timing(0.0, 0.0, 0.0)
     start = now if cand.source == "warm" else now + _hours_td(policy.boot_hours)
     finish = start + _hours_td(timing.hours)
@@ -345,7 +357,7 @@ def _deadline_blockers(deadline: datetime | None, now: datetime, finish: datetim
             text = (f"finishes {_hours(deadline - finish)} before the deadline, "
                     f"inside the {_hours(margin)} safety margin")
         return [_Blocker("deadline", text)]
-    if capacity is Capacity.spot:
+    if capacity is Capacity.spot and not policy.naive_spot:
         worst = start + _hours_td(timing.worst_hours)
         if worst > deadline:
             return [_Blocker("spot_risk", "too risky on spot: a late interruption would miss the deadline by "

@@ -186,6 +186,10 @@ def _instance_lost(
         set_job(job, J.failed, now, f"lost its machine {job.preemptions} times (max_restarts {spec.policy.max_restarts})")
         job.finished_at = now
     else:
+        if not ctx.resume_after_preemption:
+            # The skypilot-like baseline: code that does not checkpoint starts over, elsewhere.
+            job.epochs_done, job.checkpoint_uri = 0, None
+            ctx.offers.avoid_key(f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}|{row.capacity}", now)
         resume = f"; resumes from epoch {job.epochs_done}" if job.kind == "train" else ""
         set_job(job, J.queued, now, f"{reason} on {row.provider} {row.zone} {row.instance_type}{resume}")
     add_event(s, now, "job_preempted", job.reason or reason, job_id=job.id, instance_id=row.id)

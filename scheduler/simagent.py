@@ -2,20 +2,20 @@
 
 On a real cloud the agent started by cloud-init runs the YOLOv9 command, uploads
 ``last.pt`` after every epoch and reports each epoch and the exit to the daemon,
-which calls ``lifecycle.report_progress`` / ``report_finished``. Here the same
+which calls ``agent_reports.report_progress`` / ``report_finished``. Here the same
 two functions are called from a model of the job's true speed: the performance
 model's estimate times a seeded per-(job, GPU) factor, so estimates and reality
-differ the way they do in the field. An agent only makes progress while the
-cloud says its instance is running: a reclaimed spot machine reports nothing,
-and the partial epoch it was in is lost, exactly as with a real preemption.
+differ the way they do in the field. An agent only makes progress while its
+instance runs: a reclaimed spot machine's progress stops at the reclaim, and the
+partial epoch it was in is lost, exactly as with a real preemption.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
@@ -28,20 +28,38 @@ from scheduler.states import AttemptState
 from scheduler.store import Store
 from scheduler.tables import AttemptRow, InstanceRow, JobRow
 
+# (provider name, cloud instance id) -> when it stopped running, or None while it runs.
+EndedAt = Callable[[str, str], datetime | None]
+
 
 class SimAgents:
     def __init__(self, store: Store, providers: Mapping[str, Provider], cluster: str, *, seed: int = 0,
-                 speed_spread: float = 0.12) -> None:
+                 speed_spread: float = 0.12, ended_at: EndedAt | None = None) -> None:
+        """``ended_at`` (from the sandbox clouds) makes progress exact up to a reclaim even when
+        the simulation steps over it; without it, agents ask the provider which instances run."""
         self.store = store
         self.providers = providers
         self.cluster = cluster
         self.seed = seed
         self.spread = speed_spread
+        self.ended_at = ended_at
+        self._vcpus = {(name, o.instance_type): o.vcpus for name, p in providers.items() for o in p.offers()}
+        self._estimates: dict[tuple[str, str, int, int], perf.Estimate] = {}
+        self._finish_at: dict[tuple[str, int], datetime] = {}
 
     def true_factor(self, job_id: str, gpu: str) -> float:
         """How much slower (>1) or faster (<1) than estimated this job really runs on this GPU."""
         rng = random.Random(f"{self.seed}:{job_id}:{gpu}")
         return math.exp(rng.gauss(0.0, self.spread))
+
+    def _estimate(self, job: JobRow, inst: InstanceRow, start_epoch: int) -> tuple[JobSpec, perf.Estimate]:
+        spec = JobSpec.model_validate(job.spec_json)
+        key = (job.id, inst.instance_type, inst.gpu_count, start_epoch)
+        if key not in self._estimates:
+            vcpus = self._vcpus.get((inst.provider, inst.instance_type), 8)
+            self._estimates[key] = perf.estimate(spec, inst.gpu, inst.gpu_count, vcpus, epochs_done=start_epoch,
+                                                 nodes=spec.resources.nodes)
+        return spec, self._estimates[key]
 
     def _alive(self) -> set[str]:
         alive: set[str] = set()
@@ -52,8 +70,9 @@ class SimAgents:
         return alive
 
     def step(self, now: datetime) -> int:
-        """Advance every running attempt to ``now``; returns how many jobs finished."""
+        """Advance every running attempt to ``now`` (or to its machine's end); returns jobs finished."""
         finished = 0
+        self._finish_at = {}
         with self.store.session() as s:
             running = s.execute(
                 select(AttemptRow, JobRow, InstanceRow)
@@ -63,28 +82,43 @@ class SimAgents:
             ).all()
             if not running:
                 return 0
-            alive = self._alive()
+            alive = self._alive() if self.ended_at is None else None
             for attempt, job, inst in running:
-                if inst.id not in alive or attempt.started_at is None:
+                if attempt.started_at is None or inst.cloud_id is None:
                     continue
-                spec = JobSpec.model_validate(job.spec_json)
-                est = perf.estimate(spec, inst.gpu, inst.gpu_count, epochs_done=attempt.start_epoch,
-                                    nodes=spec.resources.nodes)
+                until = now
+                if alive is not None and inst.id not in alive:
+                    continue
+                if self.ended_at is not None:
+                    ended = self.ended_at(inst.provider, inst.cloud_id)
+                    until = min(now, ended) if ended is not None else now
+                spec, est = self._estimate(job, inst, attempt.start_epoch)
                 factor = self.true_factor(job.id, inst.gpu)
-                elapsed_h = (now - utc(attempt.started_at)).total_seconds() / 3600
+                started = utc(attempt.started_at)
+                elapsed_h = (until - started).total_seconds() / 3600
                 work_h = elapsed_h - est.setup_hours * factor
-                if work_h < 0:
-                    continue
                 if spec.kind is Kind.train and est.epoch_hours:
                     total = spec.train.epochs if spec.train else 0
-                    epochs = min(total, attempt.start_epoch + int(work_h // (est.epoch_hours * factor)))
+                    epoch_h = est.epoch_hours * factor
+                    self._finish_at[(job.id, attempt.number)] = started + timedelta(
+                        hours=est.setup_hours * factor + (total - attempt.start_epoch) * epoch_h)
+                    if work_h < 0:
+                        continue
+                    epochs = min(total, attempt.start_epoch + int(work_h // epoch_h))
                     if epochs > job.epochs_done:
                         uri = f"{spec.data.uri.rstrip('/')}/runs/{job.name}/weights/last.pt" if spec.data else None
                         report_progress(s, job.id, attempt.number, epochs, uri, now)
-                    if epochs >= total:
+                    if epochs >= total and until == now:
                         report_finished(s, job.id, attempt.number, True, now, f"{total} epochs")
                         finished += 1
-                elif elapsed_h >= est.hours * factor:
-                    report_finished(s, job.id, attempt.number, True, now)
-                    finished += 1
+                else:
+                    self._finish_at[(job.id, attempt.number)] = started + timedelta(hours=est.hours * factor)
+                    if elapsed_h >= est.hours * factor and until == now:
+                        report_finished(s, job.id, attempt.number, True, now)
+                        finished += 1
         return finished
+
+    def next_event_after(self, now: datetime) -> datetime | None:
+        """The earliest moment a job running at the last ``step`` finishes."""
+        later = [t for t in self._finish_at.values() if t > now]
+        return min(later) if later else None

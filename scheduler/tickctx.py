@@ -37,6 +37,8 @@ class TickContext:
     # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
     crashpoint: Callable[[str], None] = lambda name: None
     rng_seed: int = 0
+    # False only for the skypilot-like baseline: a preempted job restarts from scratch.
+    resume_after_preemption: bool = True
     # Repeatable instance ids for simulations; None in the daemon.
     ids: random.Random | None = None
 

@@ -477,10 +477,11 @@ def test_offers_in_different_currencies_compare_through_fx(usd_rate: str, curren
 
 @pytest.mark.parametrize(
     ("preemptions", "capacity", "expected"),
-    [(0, "auto", Capacity.spot), (2, "auto", Capacity.spot), (3, "auto", Capacity.on_demand),
-     (7, "auto", Capacity.on_demand), (3, "spot", Capacity.spot)],  # an explicit spot-only job keeps spot
+    [(0, "auto", Capacity.spot), (5, "auto", Capacity.spot), (6, "auto", Capacity.on_demand),
+     (9, "auto", Capacity.on_demand), (6, "spot", Capacity.spot)],  # an explicit spot-only job keeps spot
 )
 def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, capacity: str, expected: Capacity) -> None:
+    assert PlannerPolicy().max_preemptions_before_on_demand == 6  # the table below is written for it
     offer = make_offer(od="1.00 USD", spot="0.30 USD")
     job = make_job(preemptions=preemptions, capacity=capacity)
     d = decide(job, [offer])
@@ -587,3 +588,26 @@ def test_alternatives_show_one_zone_per_instance_type_and_capacity() -> None:
     assert len(shapes) == len(set(shapes)) == 3  # g5 on-demand, g6 spot, g6 on-demand
     assert ("g5.xlarge", Capacity.spot) not in shapes
     assert len(options_for(job, offers, [], NOW, POLICY)) == 10  # options_for keeps every zone
+
+
+# --- baseline strategies for `gpusched simulate` ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strategy", "job_capacity", "rate", "spot", "expected", "interruptions_priced"),
+    [
+        ("gpusched", "auto", 0.05, "0.40 USD", Capacity.spot, True),
+        ("on-demand", "auto", 0.05, "0.40 USD", Capacity.on_demand, False),
+        ("on-demand", "spot", 0.05, "0.40 USD", Capacity.on_demand, False),  # the baseline overrides the file
+        ("spot-greedy", "auto", 3.0, "0.90 USD", Capacity.spot, False),  # blind to a terrible reclaim rate
+        ("skypilot-like", "on-demand", 3.0, "0.90 USD", Capacity.spot, False),
+        ("gpusched", "auto", 3.0, "0.90 USD", Capacity.on_demand, True),  # ours prices reclaims, leaves spot
+    ],
+)
+def test_strategies_pick_their_capacity(strategy, job_capacity, rate, spot, expected, interruptions_priced):
+    offers = [make_offer(rate=rate, spot=spot)]
+    job = make_job(deadline_h=48, capacity=job_capacity, epochs=30)
+    d = decide(job, offers, policy=PlannerPolicy(strategy=strategy))
+    assert d.choice is not None and d.choice.capacity is expected
+    if expected is Capacity.spot:
+        assert (d.choice.expected_interruptions > 0) is interruptions_priced
