@@ -6,10 +6,12 @@ Stale reports from an earlier attempt are fenced off by the attempt number.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import structlog
 from sqlalchemy.orm import Session
 
+from scheduler.perf_learning import learn_from_progress
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
@@ -30,13 +32,17 @@ A, I, J = AttemptState, InstanceRowState, JobState
 
 
 def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, checkpoint_uri: str | None,
-                    now: datetime) -> None:
-    """The agent finished an epoch and uploaded ``last.pt``: that is the new resume point."""
+                    now: datetime, source: Literal["agent", "simulated"] = "agent") -> None:
+    """The agent finished an epoch and uploaded ``last.pt``: that is the new resume point.
+
+    The time the epochs took is a sample for the performance model (``perf_learning``).
+    """
     job = s.get(JobRow, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return  # a stale report from an older attempt: fenced off
     if epochs_done > job.epochs_done:
+        learn_from_progress(s, job=job, attempt=attempt, epochs_done=epochs_done, now=now, source=source)
         job.epochs_done = epochs_done
         job.checkpoint_uri = checkpoint_uri
         job.updated_at = now

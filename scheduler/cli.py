@@ -229,6 +229,32 @@ def demo(
     run_demo(out_dir=out_dir, seed=seed, console=out)
 
 
+@app.command()
+def perf(
+    model: Optional[list[str]] = typer.Option(None, help="only these models (repeat the option)"),
+    gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option)"),
+) -> None:
+    """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs."""
+    from scheduler.perf_learning import perf_table
+    from scheduler.store import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_url)
+    store.migrate()
+    with store.session(write=False) as s:
+        rows = perf_table(s, models=model or None, gpus=gpu or None)
+    store.dispose()
+    table = Table(title="training rate per GPU (images/s)")
+    for col in ("model", "GPU", "img", "rate", "source", "samples", "prior", "last measured"):
+        table.add_column(col)
+    for r in rows:
+        style = "bold" if r.source == "measured" else ""
+        table.add_row(r.model, r.gpu, str(r.img_size), f"{r.rate_img_s:.1f}", r.source, str(r.samples),
+                      f"{r.prior_rate:.1f}", f"{r.last_seen:%Y-%m-%d %H:%M}" if r.last_seen else "-", style=style)
+    out.print(table)
+
+
 providers_app = typer.Typer(help="Cloud providers: credentials, reachability, offers.", no_args_is_help=True)
 app.add_typer(providers_app, name="providers")
 

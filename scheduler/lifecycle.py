@@ -42,6 +42,7 @@ from scheduler.agent_reports import report_finished, report_progress
 from scheduler.bootstrap import user_data_for
 from scheduler.clock import utc
 from scheduler.models import Capacity, JobSpec, Offer
+from scheduler.perf_learning import measured_rates
 from scheduler.planner import Decision, FleetSlot, PlanJob, plan
 from scheduler.reaper import reap_idle
 from scheduler.reconcile import reconcile
@@ -179,8 +180,9 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
             for j in queued
         ]
         fleet = _fleet(ctx, s, now)
+        measured = measured_rates(s)  # observed epoch times replace the priors where we have them
     offers = ctx.offers.offers(ctx.providers, now)
-    decisions = plan(jobs, offers, fleet, now, ctx.planner_policy())
+    decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured)
     for d in decisions:
         _act(ctx, now, d, report)
     return decisions

@@ -107,7 +107,7 @@ class SimAgents:
                     epochs = min(total, attempt.start_epoch + int(work_h // epoch_h))
                     if epochs > job.epochs_done:
                         uri = f"{spec.data.uri.rstrip('/')}/runs/{job.name}/weights/last.pt" if spec.data else None
-                        report_progress(s, job.id, attempt.number, epochs, uri, now)
+                        report_progress(s, job.id, attempt.number, epochs, uri, now, source="simulated")
                     if epochs >= total and until == now:
                         report_finished(s, job.id, attempt.number, True, now, f"{total} epochs")
                         finished += 1

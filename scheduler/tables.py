@@ -199,3 +199,31 @@ class EventRow(Base):
     instance_id: Mapped[str | None] = mapped_column(String(40), index=True)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
+
+
+class PerfSampleRow(Base):
+    """One observed training epoch time: the performance model learns from these.
+
+    ``rate_img_s`` is per GPU (``perf.observed_rate``), so samples from 1, 4 or
+    8 GPUs of one model pool under one (model, gpu, img_size) key.
+    """
+
+    __tablename__ = "perf_samples"
+    # measured_rates() reads the newest samples of each key.
+    __table_args__ = (Index("ix_perf_samples_key", "model", "gpu", "img_size", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    job_id: Mapped[str] = mapped_column(String(40), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(16))
+    gpu: Mapped[str] = mapped_column(String(16))
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[int] = mapped_column(Integer)
+    img_size: Mapped[int] = mapped_column(Integer)
+    batch: Mapped[int | None] = mapped_column(Integer)  # physical batch per GPU, when known
+    train_images: Mapped[int] = mapped_column(Integer)
+    val_images: Mapped[int] = mapped_column(Integer)
+    epoch_seconds: Mapped[float] = mapped_column()  # one epoch, train + val
+    rate_img_s: Mapped[float] = mapped_column()
+    source: Mapped[str] = mapped_column(String(16))  # agent | simulated

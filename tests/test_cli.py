@@ -96,3 +96,9 @@ def test_offers_filters_by_gpu():
     r = gpusched("offers", "--gpu", "A10G")
     assert r.returncode == 0, r.stderr
     assert "A10G" in r.stdout and "g5." in r.stdout and "gn7i" not in r.stdout
+
+
+def test_perf_lists_priors_for_a_fresh_store(tmp_path):
+    r = gpusched("perf", "--model", "yolov9-c", "--gpu", "A10", env={"GPUSCHED_DATA_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "yolov9-c" in r.stdout and "prior" in r.stdout and "measured" not in r.stdout.replace("last measured", "")

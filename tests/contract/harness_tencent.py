@@ -1,0 +1,141 @@
+"""The Tencent adapter in the contract suite: the real SDK, over real HTTP, against the CVM emulator.
+
+Each harness starts its own ``TencentCvmEmulator`` on 127.0.0.1 (port 0) over a
+fresh SandboxCloud on a SimClock, and a ``TencentProvider`` whose SDK clients
+point at it. The cloud's catalog is the bundled catalog's Tencent rows for two
+regions, with illustrative spot prices added (the bundled rows have none).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Callable
+
+import pytest
+from pydantic import SecretStr
+
+from providers.base import Instance, Provider, ProviderError
+from providers.sandbox import SandboxCloud
+from scheduler.catalog import filter_offers, load_catalog
+from scheduler.clock import SimClock
+from scheduler.models import Capacity, Offer, Price, Stock
+
+try:  # the Tencent SDK is an optional dependency (gpusched[tencent])
+    from providers.tencent import (
+        ClientFactory,
+        TencentConfig,
+        TencentProvider,
+        sdk_client_factory,
+    )
+    from tests.emulators.tencent_cvm import TencentCvmEmulator
+except ImportError as missing:
+    _SDK_MISSING: ImportError | None = missing
+else:
+    _SDK_MISSING = None
+
+START = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+SECRET_ID = "AKIDcontract0000000000000000000000"
+SECRET_KEY = "contract-secret-key-0000000000000"
+REGIONS = ("ap-guangzhou", "ap-shanghai")
+IMAGE = "img-contract"
+SPOT_SHARE = Decimal("0.35")  # illustrative: spot at 35% of the list price
+_CONTRACT_MARKETS = {
+    ("ap-guangzhou-3", "GN7.2XLARGE32"),
+    ("ap-guangzhou-3", "GN10Xp.2XLARGE40"),
+    ("ap-shanghai-4", "GN7.2XLARGE32"),
+}
+
+
+def contract_catalog(markets: set[tuple[str, str]] | None = None) -> tuple[Offer, ...]:
+    """The bundled Tencent rows for ``markets`` (zone, type), with a spot price, no random reclaims."""
+    wanted = _CONTRACT_MARKETS if markets is None else markets
+    out = []
+    for row in filter_offers(load_catalog(), providers=["tencent"]):
+        if (row.zone, row.instance_type) not in wanted or row.on_demand is None:
+            continue
+        spot = Price(per_hour=row.on_demand.per_hour * SPOT_SHARE,
+                     source="contract test catalog: illustrative 35% of the list price", as_of=date(2026, 11, 1))
+        # No random reclaims: the tests reclaim on purpose, and a stray one would make them flaky.
+        out.append(row.model_copy(update={"spot": spot, "spot_interruptions_per_hour": 0.0,
+                                          "on_demand_stock": Stock.available, "spot_stock": Stock.available}))
+    return tuple(out)
+
+
+def local_client_factory(config: TencentConfig) -> ClientFactory:
+    """The real SDK clients, told to ignore HTTP(S)_PROXY: tests talk to 127.0.0.1 and nowhere else."""
+    build = sdk_client_factory(config)
+
+    def local(region: str):  # type: ignore[no-untyped-def]
+        client = build(region)
+        client.request.conn.proxy = None
+        client.request.conn._session.trust_env = False
+        return client
+
+    return local
+
+
+class TencentHarness:
+    """One emulator, one sandbox cloud and one TencentProvider per test."""
+
+    def __init__(self, *, catalog: tuple[Offer, ...] | None = None, record_requests: bool = False,
+                 **config_overrides: object) -> None:
+        self.clock = SimClock(START)
+        self.cloud = SandboxCloud(
+            self.clock, catalog if catalog is not None else contract_catalog(), seed=11,
+            spot_can_stop=False, forget_terminated_seconds=3600, id_prefix="cvm",
+        )
+        self.emulator = TencentCvmEmulator(self.cloud, self.clock, {SECRET_ID: SECRET_KEY}, seed=11,
+                                           record_requests=record_requests)
+        self.config = self.make_config(**config_overrides)
+        self.provider: TencentProvider = self.build(self.config)
+        self.currency = self.config.currency
+        self.cluster = "contract"
+
+    def make_config(self, **overrides: object) -> TencentConfig:
+        fields: dict[str, object] = {
+            "secret_id": SECRET_ID, "secret_key": SECRET_KEY, "regions": REGIONS, "image_id": IMAGE,
+            "endpoint": self.emulator.endpoint, "protocol": "http", "request_timeout_seconds": 10,
+        }
+        fields.update(overrides)
+        return TencentConfig(**fields)  # type: ignore[arg-type]
+
+    def build(self, config: TencentConfig) -> TencentProvider:
+        return TencentProvider(local_client_factory(config), config, self.clock,
+                               filter_offers(load_catalog(), providers=["tencent"]))
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+
+    def sell_out(self, offer: Offer, capacity: Capacity) -> None:
+        self.emulator.sell_out(offer, capacity)
+
+    def preempt(self, instance: Instance) -> None:
+        self.emulator.preempt(instance.ref.instance_id)
+
+    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None:
+        self.emulator.fail_next(operation, error, times)
+
+    def lose_next_launch_response(self) -> None:
+        self.emulator.lose_next_launch_response()
+
+    def offer(self, gpu: str | None = None) -> Offer:
+        for o in self.provider.offers():
+            if (gpu is None or o.gpu == gpu) and o.on_demand is not None and o.spot is not None:
+                return o
+        raise LookupError(f"the Tencent contract catalog has no offer with gpu={gpu!r}")
+
+    def provider_with_wrong_secret(self) -> Provider | None:
+        return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
+
+    def close(self) -> None:
+        self.emulator.close()
+
+
+def _tencent() -> TencentHarness:
+    if _SDK_MISSING is not None:
+        pytest.skip(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install 'gpusched[tencent]'")
+    return TencentHarness()
+
+
+HARNESSES: dict[str, Callable[[], TencentHarness]] = {"tencent": _tencent}
