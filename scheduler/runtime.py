@@ -6,6 +6,7 @@ takes its collaborators as arguments (and tests can hand in fakes).
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from providers.base import TAG_MANAGED, Provider, ProviderError
 from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.catalog import filter_offers, load_catalog
 from scheduler.clock import Clock, ScaledClock, SystemClock
+from scheduler.cloud_config import load_cloud_config
 from scheduler.errors import UserError
 from scheduler.models import Capacity, Offer
 from scheduler.planner import FleetSlot
@@ -37,10 +39,36 @@ def build_sandbox(settings: Settings, clock: Clock) -> tuple[dict[str, Provider]
     return providers, clouds
 
 
+# provider name -> (adapter module, config class); imported lazily so a missing SDK only
+# matters for the clouds actually enabled.
+ADAPTERS = {
+    "aws": ("providers.aws", "AwsConfig"),
+    "alibaba": ("providers.alibaba", "AlibabaConfig"),
+    "tencent": ("providers.tencent", "TencentConfig"),
+}
+
+
+def build_live(settings: Settings, clock: Clock, **overrides: dict[str, object]) -> dict[str, Provider]:
+    """The real adapters for every configured provider; ``overrides[name]`` patches its config."""
+    providers: dict[str, Provider] = {}
+    for name in settings.providers:
+        module_name, config_name = ADAPTERS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"the {name} SDK is not installed ({exc.name})",
+                            fix=f"pip install 'gpusched[{name}]'") from None
+        config = load_cloud_config(getattr(module, config_name), name, **overrides.get(name, {}))
+        providers[name] = module.from_config(config, clock)
+    return providers
+
+
 def build_providers(settings: Settings, clock: Clock) -> dict[str, Provider]:
     if settings.backend == "sandbox":
         return build_sandbox(settings, clock)[0]
-    raise UserError(f"unknown backend {settings.backend!r}", fix="set GPUSCHED_BACKEND=sandbox")
+    if settings.backend == "live":
+        return build_live(settings, clock)
+    raise UserError(f"unknown backend {settings.backend!r}", fix="set GPUSCHED_BACKEND=sandbox or live")
 
 
 def check_provider(provider: Provider, cluster: str) -> tuple[bool, str]:
@@ -117,7 +145,7 @@ def run_daemon(settings: Settings) -> None:
     providers = build_providers(settings, clock)
     ctx = lifecycle.TickContext(store=store, providers=providers, clock=clock, settings=settings)
     agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
-        if settings.backend == "sandbox" else None
+        if settings.backend == "sandbox" or settings.sim_agents else None
 
     def tick() -> object:
         if agents is not None:

@@ -43,8 +43,13 @@ class Settings(BaseSettings):
     idle_stop_minutes: int = Field(default=10, ge=0)
     launch_grace_seconds: int = Field(default=120, ge=0)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
-    # simulated cloud poses as each listed provider (no account needed).
-    backend: Literal["sandbox"] = "sandbox"
+    # simulated cloud poses as each listed provider (no account needed). "live": the
+    # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*
+    # (their endpoints can point at the HTTP emulators in tests/emulators/).
+    backend: Literal["sandbox", "live"] = "sandbox"
+    # Simulate the on-instance agent (jobs "run" in the daemon): always on for the sandbox;
+    # set it for a live backend pointed at emulators, whose instances run nothing.
+    sim_agents: bool = False
     providers: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = ["aws", "alibaba", "tencent"]
     stopped_retention_hours: float = Field(default=24.0, ge=0)  # then a stopped machine is terminated
     reserved: list[ReservedCapacity] = []
