@@ -230,6 +230,41 @@ def demo(
 
 
 @app.command()
+def simulate(
+    trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
+    policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like"),
+    seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
+    output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
+    lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
+) -> None:
+    """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary."""
+    from scheduler.catalog import load_catalog
+    from scheduler.logs import configure_logging
+    from scheduler.settings import Settings
+    from scheduler.simulate import POLICIES, Submission
+    from scheduler.simulate import simulate as run_simulation
+    from scheduler.traces import load_trace
+
+    if policy not in POLICIES:
+        raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+    configure_logging("console", "warning")
+    entries = load_trace(trace)
+    subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
+    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed)
+    bound = None
+    if lower_bound:
+        from scheduler.lower_bound import lower_bound as solve_lower_bound
+
+        bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx).total
+    summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound)
+    text = summary.to_json()
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+
+
+@app.command()
 def perf(
     model: Optional[list[str]] = typer.Option(None, help="only these models (repeat the option)"),
     gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option)"),
