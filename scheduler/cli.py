@@ -16,6 +16,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from scheduler.errors import GpuschedError, JobFileError, ProviderError, UserError
@@ -222,11 +223,13 @@ def report(
 def demo(
     out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
     seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
+    via_emulators: bool = typer.Option(False, "--via-emulators",
+                                       help="reach Alibaba and Tencent through their real SDKs and the HTTP emulators"),
 ) -> None:
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
     from scheduler.demo import run_demo
 
-    run_demo(out_dir=out_dir, seed=seed, console=out)
+    run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
 
 
 @app.command()
@@ -355,11 +358,11 @@ def db_upgrade() -> None:
 
 
 def _print_job_error(exc: JobFileError) -> None:
-    err.print(f"[red]error[/red] in {exc.path}:")
+    err.print(f"[red]error[/red] in {escape(exc.path)}:")
     for p in exc.problems:
-        err.print(f"  [bold]{p.field}[/bold]: {p.message}")
+        err.print(f"  [bold]{escape(p.field)}[/bold]: {escape(p.message)}")
         if p.example:
-            err.print(f"      e.g. {p.example}")
+            err.print(f"      e.g. {escape(p.example)}")
 
 
 def main() -> None:
@@ -370,17 +373,18 @@ def main() -> None:
         _print_job_error(exc)
         sys.exit(2)
     except UserError as exc:
-        err.print(f"[red]error[/red]: {exc.message}")
+        err.print(f"[red]error[/red]: {escape(exc.message)}")
         if exc.fix:
-            err.print(f"  fix: {exc.fix}")
+            err.print(f"  fix: {escape(exc.fix)}")
         sys.exit(2)
     except ProviderError as exc:
-        err.print(f"[red]cloud error[/red] ({exc.provider or 'provider'} {exc.code}): {exc.message}")
+        err.print(f"[red]cloud error[/red] ({escape(exc.provider or 'provider')} {escape(exc.code)}): "
+                  f"{escape(exc.message)}")
         if exc.fix:
-            err.print(f"  fix: {exc.fix}")
+            err.print(f"  fix: {escape(exc.fix)}")
         sys.exit(1)
     except GpuschedError as exc:
-        err.print(f"[red]error[/red]: {exc}")
+        err.print(f"[red]error[/red]: {escape(str(exc))}")
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -25,12 +26,13 @@ from sqlalchemy import func, select
 
 from scheduler import lifecycle, service
 from scheduler.clock import SimClock
+from scheduler.errors import UserError
 from scheduler.jobfile import load_job_file
 from scheduler.lifecycle import TickContext
 from scheduler.logs import configure_logging
 from scheduler.models import Capacity, ReservedCapacity
 from scheduler.money import Money, total
-from scheduler.runtime import build_sandbox, write_monthly_report
+from scheduler.runtime import build_live, build_sandbox, write_monthly_report
 from scheduler.settings import Settings
 from scheduler.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
@@ -110,7 +112,11 @@ def demo_settings(out_dir: Path, seed: int) -> Settings:
     )
 
 
-def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> DemoResult:
+def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
+             via_emulators: bool = False) -> DemoResult:
+    """``via_emulators``: Alibaba and Tencent go through their real adapters and SDKs over HTTP to the
+    emulators in tests/emulators (the same simulated market behind them); AWS stays in-process,
+    since moto has no market (prices, stock-outs, reclaims) to simulate."""
     console = console or Console()
     wall0 = time.perf_counter()
     if out_dir.exists():
@@ -121,10 +127,14 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> De
     store = Store(settings.db_url)
     store.migrate()
     providers, clouds = build_sandbox(settings, clock)
+    preempt = {name: cloud.preempt for name, cloud in clouds.items()}
+    emulators: list = []
+    if via_emulators:
+        preempt.update(_attach_emulators(settings, clock, providers, clouds, emulators))
     ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings, rng_seed=seed,
                       ids=random.Random(seed))
     job_ids = random.Random(seed + 1)
-    agents = SimAgents(store, providers, settings.cluster, seed=seed)
+    agents = SimAgents(store, providers, settings.cluster, seed=seed)  # sees machines through the providers
     configure_logging("console", "warning")  # the narrative below tells the story in simulated time
     narrator = _Narrator(store, console)
     examples = examples_dir()
@@ -138,7 +148,7 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> De
             spec = load_job_file(examples / name)
             service.submit(store, clock, spec, source=f"examples/{name}", ids=job_ids)
         if not reclaimed:
-            reclaimed = _scripted_reclaim(store, clouds, now, console)
+            reclaimed = _scripted_reclaim(store, preempt, now, console)
         agents.step(now)
         lifecycle.tick(ctx)
         narrator.tell()
@@ -150,8 +160,46 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None) -> De
     paths = write_monthly_report(settings, "2026-11", now=clock.now(), store=store)
     result = _summarise(store, settings, out_dir, paths, sim_span, time.perf_counter() - wall0, ticks)
     _print_summary(console, result)
+    if via_emulators:
+        console.print("Alibaba and Tencent ran through their real SDKs over HTTP to the local emulators.")
     store.dispose()
+    for emulator in emulators:
+        emulator.close()
     return result
+
+
+def _attach_emulators(settings: Settings, clock: SimClock, providers: dict, clouds: dict, emulators: list) -> dict:
+    """Put the HTTP emulators in front of the Alibaba and Tencent sandbox clouds; swap in the real adapters."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "tests" / "emulators").is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # the emulators live in the checkout's tests/, not in the package
+    try:
+        from tests.emulators.alibaba_ecs import AlibabaEcsEmulator
+        from tests.emulators.tencent_cvm import TencentCvmEmulator
+    except ImportError as exc:
+        raise UserError(f"the emulators need a checkout of the repository and the cloud SDKs ({exc})",
+                        fix="run from the repository root after `pip install -e '.[clouds]'`") from None
+    key, secret = "demo-key", "demo-secret"
+    overrides: dict[str, dict] = {}
+    preempt: dict = {}
+    for name in ("alibaba", "tencent"):
+        if name not in clouds:
+            continue
+        cloud = clouds[name]
+        regions = tuple(sorted({o.region for o in cloud.offers()}))
+        if name == "alibaba":
+            emu = AlibabaEcsEmulator(cloud, {key: secret})
+            overrides[name] = {"access_key_id": key, "access_key_secret": secret, "image_id": "m-demo"}
+            preempt[name] = cloud.preempt
+        else:
+            emu = TencentCvmEmulator(cloud, clock, {key: secret}, seed=settings.sandbox_seed)
+            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo"}
+            preempt[name] = lambda cid, at=None, emu=emu: emu.preempt(cid)
+        overrides[name].update(endpoint=emu.endpoint, protocol="http", regions=regions)
+        emulators.append(emu)
+    live = build_live(settings.model_copy(update={"providers": list(overrides)}), clock, **overrides)
+    providers.update(live)
+    return preempt
 
 
 def _next_step(store: Store, pending: list, now: datetime) -> timedelta:
@@ -185,7 +233,7 @@ def _all_quiet(store: Store) -> bool:
     return open_jobs == 0 and live == 0
 
 
-def _scripted_reclaim(store: Store, clouds: dict, now: datetime, console: Console) -> bool:
+def _scripted_reclaim(store: Store, preempt: dict, now: datetime, console: Console) -> bool:
     """Reclaim the shelf-audit job's spot machine a few hours into its run (once)."""
     with store.session() as s:
         row = s.execute(
@@ -206,7 +254,7 @@ def _scripted_reclaim(store: Store, clouds: dict, now: datetime, console: Consol
         inst, attempt = row
         if now - attempt.started_at.replace(tzinfo=timezone.utc) < RECLAIM_AFTER:
             return False
-        clouds[inst.provider].preempt(inst.cloud_id, at=now)
+        preempt[inst.provider](inst.cloud_id, at=now)
         console.print(f"[dim]{now:%a %H:%M}[/dim] [yellow]scenario: the cloud reclaims[/yellow] {inst.provider} "
                       f"{inst.instance_type} (spot) running {attempt.job_id}")
         return True
