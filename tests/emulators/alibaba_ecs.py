@@ -207,6 +207,7 @@ class AlibabaEcsEmulator:
         *,
         wall_clock: Clock | None = None,
         max_skew_seconds: float = 900,
+        port: int = 0,
     ) -> None:
         self.cloud = cloud
         self._credentials = dict(credentials)
@@ -232,7 +233,7 @@ class AlibabaEcsEmulator:
             "DescribeSpotPriceHistory": self._describe_spot_price_history,
             "DescribeAvailableResource": self._describe_available_resource,
         }
-        self._server = _Server((LISTEN_HOST, 0), _Handler, self)
+        self._server = _Server((LISTEN_HOST, port), _Handler, self)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="alibaba-ecs-emulator", daemon=True
         )

@@ -194,6 +194,7 @@ class TencentCvmEmulator:
         seed: int = 0,
         signing_clock: Clock | None = None,
         record_requests: bool = False,
+        port: int = 0,
     ) -> None:
         if not credentials:
             raise ValueError("the emulator needs at least one SecretId -> SecretKey pair")
@@ -226,7 +227,7 @@ class TencentCvmEmulator:
             action: frozenset(name[1:] for name in vars(getattr(cvm_models, f"{action}Request")()) if name != "_headers")
             for action in self._actions
         }
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="tencent-cvm-emulator", daemon=True
