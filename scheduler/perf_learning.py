@@ -162,7 +162,7 @@ def record_epochs(
     if epochs_before <= attempt.start_epoch:
         elapsed -= est.setup_hours * 3600
     if elapsed <= 0:
-        log.warning("perf_sample_dropped", reason=f"no time left for {epochs} epoch(s) ({elapsed:.0f} s)",
+        log.info("perf_sample_dropped", reason=f"no time left for {epochs} epoch(s) ({elapsed:.0f} s)",
                     **context)
         return None
     epoch_seconds = elapsed / epochs
@@ -171,7 +171,7 @@ def record_epochs(
                               nodes=nodes)
     why = outlier(rate, prior)
     if why is not None:
-        log.warning("perf_sample_dropped", reason=why, rate_img_s=round(rate, 2), prior_img_s=round(prior, 2),
+        log.info("perf_sample_dropped", reason=why, rate_img_s=round(rate, 2), prior_img_s=round(prior, 2),
                     **context)
         return None
     row = PerfSampleRow(

@@ -83,13 +83,16 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
                     _reconcile_missing(ctx, s, row, now, grace, report)
                 else:
                     _reconcile_seen(ctx, s, row, cloud, now, report)
+            strangers = [k for k in by_row if k not in owned]
+            # Rows we already count as terminated, for the few cloud instances no live row owns
+            # (asked only about those: the table of terminated rows grows all month).
             terminated_ids = set(
                 s.scalars(
                     select(InstanceRow.id).where(
-                        InstanceRow.provider == name, InstanceRow.state == I.terminated.value
+                        InstanceRow.id.in_([k for k in strangers if k]), InstanceRow.state == I.terminated.value
                     )
                 ).all()
-            )
+            ) if strangers else set()
         for row_id, cloud in sorted(by_row.items(), key=lambda kv: str(kv[0])):
             if row_id in owned or cloud.state is InstanceState.terminated:
                 continue

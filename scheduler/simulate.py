@@ -94,7 +94,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         base.mkdir(parents=True, exist_ok=True)
         settings = settings or Settings(_env_file=None, data_dir=base, cluster="sim", sandbox_seed=seed)
         clock = SimClock(subs[0].at)
-        store = Store(f"sqlite:///{base / f'sim-{policy}.db'}")
+        store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
         providers, clouds = build_sandbox(settings, clock)
         ctx = TickContext(

@@ -54,9 +54,12 @@ _ID_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 class Store:
     """Owns the engine. ``Store(url)``, then ``migrate()``, then ``session()`` as needed."""
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, echo: bool = False) -> None:
+    def __init__(self, url: str, *, busy_timeout_ms: int = 10_000, echo: bool = False,
+                 durable: bool = True) -> None:
+        """``durable=False`` (simulations, whose store is thrown away) skips the fsync per commit."""
         self.url = parse_url(url)
         self.busy_timeout_ms = busy_timeout_ms
+        self.durable = durable
         try:
             if self.url.get_backend_name() == "sqlite":
                 self.engine = self._sqlite_engine(echo)
@@ -86,6 +89,7 @@ class Store:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(self.url, **kwargs)
         busy_timeout_ms = self.busy_timeout_ms
+        synchronous = "FULL" if self.durable else "OFF"
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -93,7 +97,7 @@ class Store:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cursor.close()
