@@ -232,6 +232,27 @@ def demo(
     run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
 
 
+trace_app = typer.Typer(help="Workload traces for `gpusched simulate`.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("generate")
+def trace_generate(
+    out_file: Path = typer.Option(..., "--out", help="where to write the trace (.jsonl, or .jsonl.gz)"),
+    seed: int = typer.Option(1, help="seed (same seed, same trace)"),
+    month: str = typer.Option("2026-11", help="the month, e.g. 2026-11"),
+    teams: int = typer.Option(3, help="how many teams"),
+    jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
+) -> None:
+    """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
+    from scheduler.traces import main as generate
+
+    argv = ["--seed", str(seed), "--month", month, "--teams", str(teams), "--out", str(out_file)]
+    if jobs is not None:
+        argv += ["--jobs", str(jobs)]
+    raise typer.Exit(generate(argv))
+
+
 @app.command()
 def simulate(
     trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),

@@ -102,3 +102,23 @@ def test_perf_lists_priors_for_a_fresh_store(tmp_path):
     r = gpusched("perf", "--model", "yolov9-c", "--gpu", "A10", env={"GPUSCHED_DATA_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert "yolov9-c" in r.stdout and "prior" in r.stdout and "measured" not in r.stdout.replace("last measured", "")
+
+
+def test_trace_generate_then_simulate_a_small_month(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    r = gpusched("trace", "generate", "--out", str(trace), "--jobs", "12", "--seed", "5")
+    assert r.returncode == 0, r.stderr
+    lines = trace.read_text().splitlines()
+    assert len(lines) >= 12
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(lines[:10]) + "\n")  # a few days of it keeps the test quick
+    out = tmp_path / "summary.json"
+    r = gpusched("simulate", "--trace", str(small), "--policy", "on-demand", "--seed", "2", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(out.read_text())
+    for key in ("policy", "jobs", "currency", "total_cost", "on_demand_equivalent_cost", "lower_bound_cost",
+                "deadline_misses", "interruptions", "lost_gpu_hours", "idle_hours", "cost_by_capacity"):
+        assert key in summary
+    assert summary["policy"] == "on-demand" and summary["interruptions"] == 0
+    assert summary["total_cost"] == summary["on_demand_equivalent_cost"]
+    assert float(summary["lower_bound_cost"]) <= float(summary["total_cost"])
