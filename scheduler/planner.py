@@ -12,7 +12,7 @@ budget: waiting never helps). The best feasible option wins; with none, a job
 waits when only transient blockers stand in the way, and is refused otherwise,
 with a reason that says what to change.
 
-The cost model (``_Timing``):
+The cost model (``planner_rank.Scorer._timing``):
 
 * hours ``h`` come from ``perf.estimate`` for the GPU, count, vCPUs and nodes.
 * spot: ``n = rate x nodes x h`` expected interruptions (any node's reclaim
@@ -25,7 +25,7 @@ The cost model (``_Timing``):
 * reserved capacity costs nothing more (already paid); a warm instance costs
   its capacity's hourly price and needs no boot.
 
-Deadlines (``_deadline_blockers``): the expected finish must leave
+Deadlines (``planner_rank.Scorer._timing``): the expected finish must leave
 ``deadline_safety`` of the remaining time to spare, and spot must also survive
 a bad run (see there). Budgets count ``PlanJob.spent`` as well.
 
@@ -34,22 +34,29 @@ cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
 by priority, deadline, submission and id; each fleet slot goes to one job.
 A job preempted ``max_preemptions_before_on_demand`` times leaves spot, unless
 its job file asks for spot only (its ``max_restarts`` bounds that elsewhere).
+
+Speed (``planner_rank``): candidates that share every number (same cloud,
+region, GPU setup, price, reclaim rate; other zones and instance types) are
+scored once per job as a group, ``perf.estimate`` runs once per GPU setup, and
+a heap yields candidates best first, so only the options a decision carries
+are built as ``Option`` models. The ranking is exactly the per-candidate one.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from decimal import ROUND_CEILING, Decimal
-from typing import Callable, Literal, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from decimal import ROUND_CEILING
+from itertools import islice
+from typing import Literal
 
 from pydantic import Field
 
-from scheduler.errors import UserError
-from scheduler.models import Capacity, Frozen, JobSpec, Kind, Offer, Stock
+from scheduler.models import Capacity, Frozen, JobSpec, Offer
 from scheduler.money import Currency, FxRates, Money
-from scheduler.perf import Estimate, estimate
+from scheduler.planner_rank import Book, Filter, Group, Pick, Scored, Scorer
+from scheduler.planner_rank import fmt_hours as _hours
+from scheduler.planner_rank import fmt_time as _fmt_time
 
 MAX_ALTERNATIVES = 8
 
@@ -123,96 +130,36 @@ class Decision(Frozen):
     reason: str  # one sentence a user can act on
 
 
-# --- blockers ---------------------------------------------------------------------
-
-BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
-                      "reservation"]
-_TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
-
-
-@dataclass(frozen=True)
-class _Blocker:
-    kind: BlockerKind
-    text: str
-    holder: str | None = None  # "taken": the job the slot went to
-
-    @property
-    def transient(self) -> bool:
-        return self.kind in _TRANSIENT
-
-
-@dataclass(frozen=True)
-class _Market:
-    """Everything a plan() call sees besides the job, and the slots already handed out."""
-
-    offers: Sequence[Offer]
-    slots: Sequence[FleetSlot]  # canonical order: a slot's index is its identity
-    now: datetime
-    policy: PlannerPolicy
-    measured: Measured | None
-    taken: dict[int, str]  # slot index -> the job it went to
-
-
-@dataclass(frozen=True)
-class _Candidate:
-    offer: Offer
-    capacity: Capacity
-    source: Source
-    slot: int | None  # index into the canonical fleet
-    instance_id: str | None
-    until: datetime | None
-
-
-@dataclass(frozen=True)
-class _Scored:
-    option: Option
-    slot: int | None
-    blockers: tuple[_Blocker, ...]
-    needed_deadline: datetime | None  # earliest deadline this option would meet
-    budget_total: Money | None  # est_cost + spent, in the budget's currency
-
-    @property
-    def feasible(self) -> bool:
-        return not self.blockers
-
-    @property
-    def only_transient(self) -> bool:
-        return bool(self.blockers) and all(b.transient for b in self.blockers)
-
-    def has(self, kind: str) -> bool:
-        return any(b.kind == kind for b in self.blockers)
-
-
 # --- candidates -------------------------------------------------------------------
 
 
-def _allowed_capacities(job: PlanJob, policy: PlannerPolicy) -> frozenset[Capacity]:
+_SPOT, _ON_DEMAND, _RESERVED = (frozenset({c}) for c in (Capacity.spot, Capacity.on_demand, Capacity.reserved))
+_OFF_SPOT, _ANY = frozenset({Capacity.on_demand, Capacity.reserved}), frozenset(Capacity)
+
+
+def _allowed_capacities(wanted: str, preemptions: int, policy: PlannerPolicy) -> frozenset[Capacity]:
     if policy.strategy == "on-demand":
-        return frozenset({Capacity.on_demand})
+        return _ON_DEMAND
     if policy.naive_spot:
-        return frozenset({Capacity.spot})
-    wanted = job.spec.policy.capacity
+        return _SPOT
     if wanted == "spot":
         # The user asked for spot only; their choice stands even after preemptions
         # (max_restarts bounds the retries elsewhere).
-        return frozenset({Capacity.spot})
+        return _SPOT
     if wanted == "on-demand":
-        return frozenset({Capacity.on_demand})
+        return _ON_DEMAND
     if wanted == "reserved":
-        return frozenset({Capacity.reserved})
-    if job.preemptions >= policy.max_preemptions_before_on_demand:
-        return frozenset({Capacity.on_demand, Capacity.reserved})
-    return frozenset(Capacity)
+        return _RESERVED
+    if preemptions >= policy.max_preemptions_before_on_demand:
+        return _OFF_SPOT
+    return _ANY
 
 
-def _offer_matches(spec: JobSpec, offer: Offer) -> bool:
+def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
+    spec = job.spec
     res, where = spec.resources, spec.where
-    return (
-        (res.gpus is None or offer.gpu in res.gpus)
-        and offer.gpu_count == res.gpu_count
-        and (where.providers is None or offer.provider in where.providers)
-        and (where.regions is None or offer.region in where.regions)
-    )
+    return Filter(res.gpus, res.gpu_count, where.providers, where.regions,
+                  _allowed_capacities(spec.policy.capacity, job.preemptions, policy), res.nodes == 1)
 
 
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
@@ -223,186 +170,42 @@ def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
     )
 
 
-def _candidates(job: PlanJob, offers: Sequence[Offer], slots: Sequence[FleetSlot],
-                policy: PlannerPolicy) -> list[_Candidate]:
-    allowed = _allowed_capacities(job, policy)
-    out: list[_Candidate] = []
-    for offer in offers:
-        if not _offer_matches(job.spec, offer):
-            continue
-        for cap in (Capacity.spot, Capacity.on_demand):
-            if cap in allowed and offer.price(cap) is not None:
-                out.append(_Candidate(offer, cap, "new", None, None, None))
-    if job.spec.resources.nodes > 1:
-        return out  # a gang of nodes is launched fresh in one zone; fleet slots are single machines
-    for i, slot in enumerate(slots):
-        if slot.capacity not in allowed or not _offer_matches(job.spec, slot.offer):
-            continue
-        if slot.capacity is not Capacity.reserved and slot.offer.price(slot.capacity) is None:
-            continue  # a warm machine we cannot price cannot be compared
-        out.append(_Candidate(slot.offer, slot.capacity, slot.kind, i, slot.instance_id, slot.until))
-    return out
+class _Planning:
+    """One job being planned: its groups scored once (relaxed filters reuse them), and its ranking."""
 
+    def __init__(self, job: PlanJob, book: Book) -> None:
+        self.job, self.book = job, book
+        self.scorer = Scorer(book, job)
+        self.ranking = self.scorer.rank(_filter(job, book.policy))
 
-# --- timing and cost --------------------------------------------------------------
+    def option(self, pick: Pick, why: str | None = None) -> Option:
+        s, mem, _ = pick
+        g, t, offer = s.group, s.timing, mem.offer
+        if why is None:
+            blockers = s.blockers(mem, self.job, self.book)
+            why = "; ".join(b.text for b in blockers) if blockers else "feasible"
+        if s.est_cost is None:
+            s.est_cost = Money(amount=s.cost, currency=self.book.policy.currency)
+        return Option(
+            provider=offer.provider, region=offer.region, zone=offer.zone, instance_type=offer.instance_type,
+            gpu=offer.gpu, gpu_count=offer.gpu_count, capacity=g.capacity, source=g.source,
+            instance_id=g.instance_id, est_hours=round(t.hours, 4), price_per_hour=s.hourly, est_cost=s.est_cost,
+            finish_by=t.finish, expected_interruptions=round(t.interruptions, 4), physical_batch=t.physical_batch,
+            feasible=pick[2] == 0, why=why,
+        )
 
-
-@dataclass(frozen=True)
-class _Timing:
-    hours: float  # expected, including interruption overhead
-    worst_hours: float  # spot safety net: 1.5 x expected interruptions + 1
-    interruptions: float
-
-
-def _timing(spec: JobSpec, est: Estimate, capacity: Capacity, rate: float, policy: PlannerPolicy) -> _Timing:
-    h = est.hours
-    if capacity is not Capacity.spot:
-        return _Timing(h, h, 0.0)
-    n = rate * spec.resources.nodes * h
-    if spec.kind is Kind.train and est.epoch_hours is not None:
-        lost = est.epoch_hours / 2  # resumes from the last epoch's checkpoint
-    else:
-        lost = h / 2  # no checkpoint: on average half the work is redone
-
-    def overhead(k: float) -> float:
-        return k * policy.restart_hours + min(k * lost, h)
-
-    return _Timing(h + overhead(n), h + overhead(1.5 * n + 1), n)
-
-
-def _hourly(cand: _Candidate, nodes: int, policy: PlannerPolicy) -> Money:
-    if cand.capacity is Capacity.reserved:
-        return Money.zero(policy.currency)
-    price = cand.offer.price(cand.capacity)
-    assert price is not None  # _candidates only keeps priced ones
-    return policy.fx.convert(price.per_hour, policy.currency) * nodes
-
-
-def _hours_td(hours: float) -> timedelta:
-    return timedelta(hours=hours)
-
-
-# --- scoring ----------------------------------------------------------------------
-
-
-def _score(job: PlanJob, cand: _Candidate, est: Estimate | str, m: _Market) -> _Scored:
-    """One candidate as an Option with its blockers. ``est`` is a message when it cannot be estimated."""
-    spec, offer, policy, now = job.spec, cand.offer, m.policy, m.now
-    blockers: list[_Blocker] = []
-    if cand.source == "new":
-        if offer.stock(cand.capacity) is Stock.sold_out:
-            blockers.append(_Blocker("stock", "sold out"))
-        if f"{offer.key}|{cand.capacity.value}" in job.avoid:
-            blockers.append(_Blocker("avoid", "recently out of capacity"))
-    if cand.slot is not None and cand.slot in m.taken:
-        holder = m.taken[cand.slot]
-        blockers.append(_Blocker("taken", f"held for higher-priority job {holder}", holder))
-
-    if isinstance(est, str):
-        blockers.append(_Blocker("estimate", est))
-    elif not est.fits or not math.isfinite(est.hours):
-        blockers.append(_Blocker("memory", est.why_not or f"does not fit in {offer.gpu} memory"))
-    usable = isinstance(est, Estimate) and not any(b.kind in ("estimate", "memory") for b in blockers)
-    rate = 0.0 if policy.naive_spot else offer.spot_interruptions_per_hour
-    timing = _timing(spec, est, cand.capacity, rate, policy) \
-        if usable and isinstance(est, Estimate) else _Timing(0.0, 0.0, 0.0)
-    start = now if cand.source == "warm" else now + _hours_td(policy.boot_hours)
-    finish = start + _hours_td(timing.hours)
-    hourly = _hourly(cand, spec.resources.nodes, policy)
-    cost = (hourly * Decimal(repr(timing.hours))).quantize()
-
-    needed: datetime | None = None
-    budget_total: Money | None = None
-    if usable:
-        needed = _needed_deadline(now, finish, start + _hours_td(timing.worst_hours), cand.capacity, policy)
-        blockers.extend(_deadline_blockers(job.deadline_at, now, finish, start, timing, cand.capacity, policy))
-        if cand.until is not None and finish > cand.until:
-            blockers.append(_Blocker("reservation", f"reservation ends {_fmt_time(cand.until)}, "
-                                                    "before the expected finish"))
-        budget = spec.policy.budget
-        if budget is not None:
-            budget_total = policy.fx.convert(cost, budget.currency)
-            if job.spent is not None:
-                budget_total = budget_total + policy.fx.convert(job.spent, budget.currency)
-            if budget_total > budget:
-                blockers.append(_Blocker("budget", f"over budget ({budget_total} > {budget})"))
-
-    option = Option(
-        provider=offer.provider, region=offer.region, zone=offer.zone, instance_type=offer.instance_type,
-        gpu=offer.gpu, gpu_count=offer.gpu_count, capacity=cand.capacity, source=cand.source,
-        instance_id=cand.instance_id, est_hours=round(timing.hours, 4), price_per_hour=hourly,
-        est_cost=cost, finish_by=finish, expected_interruptions=round(timing.interruptions, 4),
-        physical_batch=est.physical_batch if isinstance(est, Estimate) else None, feasible=not blockers,
-        why="; ".join(b.text for b in blockers) if blockers else "feasible",
-    )
-    return _Scored(option, cand.slot, tuple(blockers), needed, budget_total)
-
-
-def _deadline_blockers(deadline: datetime | None, now: datetime, finish: datetime, start: datetime,
-                       timing: _Timing, capacity: Capacity, policy: PlannerPolicy) -> list[_Blocker]:
-    """Expected finish must leave ``deadline_safety`` of the remaining time to spare.
-
-    Spot must also survive its bad case: interrupted 1.5 x as often as expected,
-    plus once more late in the run, with the rest then run on-demand (same type,
-    same speed), it must still finish by the deadline itself. The safety margin
-    covers estimate error; this net covers interruption bad luck.
-    """
-    if deadline is None:
-        return []
-    margin = policy.deadline_safety * max(deadline - now, timedelta(0))
-    if finish > deadline - margin:
-        if finish > deadline:
-            text = f"misses deadline by {_hours(finish - deadline)}"
+    def versus(self, pick: Pick, choice: Option) -> Option:
+        """A runner-up; a feasible one says how it compares with the choice."""
+        if pick[2] != 0:
+            return self.option(pick)
+        s = pick[0]
+        extra = s.cost - choice.est_cost.amount
+        if extra > 0:
+            why = f"feasible; {Money(amount=extra, currency=choice.est_cost.currency)} more"
         else:
-            text = (f"finishes {_hours(deadline - finish)} before the deadline, "
-                    f"inside the {_hours(margin)} safety margin")
-        return [_Blocker("deadline", text)]
-    if capacity is Capacity.spot and not policy.naive_spot:
-        worst = start + _hours_td(timing.worst_hours)
-        if worst > deadline:
-            return [_Blocker("spot_risk", "too risky on spot: a late interruption would miss the deadline by "
-                                          f"{_hours(worst - deadline)}")]
-    return []
-
-
-def _needed_deadline(now: datetime, finish: datetime, worst: datetime, capacity: Capacity,
-                     policy: PlannerPolicy) -> datetime:
-    """The earliest deadline this option would meet (the inverse of ``_deadline_blockers``)."""
-    need = now + (finish - now) / (1 - policy.deadline_safety)
-    return max(need, worst) if capacity is Capacity.spot else need
-
-
-def _sort_key(s: _Scored) -> tuple:
-    """Feasible first, then waiting on stock, then the rest; within each: reserved, cost, warm, finish."""
-    o = s.option
-    if s.feasible:
-        rank = 0
-    elif s.only_transient:
-        rank = 1
-    elif s.has("memory") or s.has("estimate"):
-        rank = 3
-    else:
-        rank = 2
-    return (rank, o.capacity is not Capacity.reserved, o.est_cost.amount, o.source != "warm", o.finish_by,
-            o.provider, o.region, o.zone, o.instance_type, o.capacity.value, o.source, o.instance_id or "",
-            o.gpu, o.gpu_count)
-
-
-def _score_all(job: PlanJob, m: _Market) -> list[_Scored]:
-    estimates: dict[tuple[str, int, int], Estimate | str] = {}
-    scored = []
-    for cand in _candidates(job, m.offers, m.slots, m.policy):
-        k = (cand.offer.gpu, cand.offer.gpu_count, cand.offer.vcpus)
-        if k not in estimates:
-            try:
-                estimates[k] = estimate(job.spec, cand.offer.gpu, cand.offer.gpu_count, cand.offer.vcpus,
-                                        epochs_done=job.epochs_done, nodes=job.spec.resources.nodes,
-                                        measured=m.measured)
-            except UserError as exc:  # an unknown GPU, or a job file the model cannot size
-                estimates[k] = str(exc).replace("\n  fix:", ":")
-        scored.append(_score(job, cand, estimates[k], m))
-    scored.sort(key=_sort_key)
-    return scored
+            later = (s.timing.finish - choice.finish_by).total_seconds() / 3600
+            why = f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
+        return self.option(pick, why)
 
 
 # --- public API -------------------------------------------------------------------
@@ -415,8 +218,12 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
     When the job has a feasible option, the first one here equals the choice
     ``plan`` makes for this job alone.
     """
-    m = _Market(offers, _canonical_fleet(fleet), now, policy, measured, {})
-    return _ranked_options(job, _score_all(job, m))
+    p = _Planning(job, Book(offers, _canonical_fleet(fleet), now, policy, measured))
+    picks = list(p.ranking.picks())
+    if not picks or picks[0][2] != 0:
+        return [p.option(pick) for pick in picks]
+    choice = p.option(picks[0], _choice_why(picks[0], job))
+    return [choice, *(p.versus(pick, choice) for pick in picks[1:])]
 
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
@@ -427,12 +234,12 @@ def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Fleet
     chooses it; later jobs see it as held. ``measured`` passes learned training
     rates on to ``perf.estimate``.
     """
-    m = _Market(offers, _canonical_fleet(fleet), now, policy, measured, {})
+    book = Book(offers, _canonical_fleet(fleet), now, policy, measured)
     decisions = []
     for job in sorted(jobs, key=_planning_order):
-        decision, slot = _decide(job, _score_all(job, m), m)
+        decision, slot = _decide(_Planning(job, book))
         if slot is not None:
-            m.taken[slot] = job.id
+            book.taken[slot] = job.id
         decisions.append(decision)
     return decisions
 
@@ -445,71 +252,43 @@ def _planning_order(job: PlanJob) -> tuple:
 # --- decisions --------------------------------------------------------------------
 
 
-def _decide(job: PlanJob, scored: list[_Scored], m: _Market) -> tuple[Decision, int | None]:
-    options = _ranked_options(job, scored)
-    if scored and scored[0].feasible:
-        choice = options[0]
+def _decide(p: _Planning) -> tuple[Decision, int | None]:
+    job = p.job
+    first = p.ranking.first()
+    if first is None:
+        if job.spec.policy.capacity == "reserved":
+            # Units of reserved capacity free up as other jobs finish: wait rather than refuse.
+            return Decision(job_id=job.id, action="wait", choice=None, alternatives=(),
+                            reason="waiting: no free reserved capacity matches the job "
+                                   "(set policy.capacity: auto to use spot or on-demand)"), None
+        return Decision(job_id=job.id, action="refuse", choice=None, alternatives=(),
+                        reason=_no_match_reason(p)), None
+    if first[2] == 0:
+        choice = p.option(first, _choice_why(first, job))
         action: Action = "launch" if choice.source == "new" else "reuse"
-        return Decision(job_id=job.id, action=action, choice=choice, alternatives=_runners_up(options[1:], choice),
-                        reason=_choice_reason(choice, job)), scored[0].slot
-    alternatives = _runners_up(options, None)
-    waiting = [s for s in scored if s.only_transient]
-    if waiting:
+        alternatives = _runners_up(p.ranking.distinct({first[1].shape}), lambda pick: p.versus(pick, choice))
+        return Decision(job_id=job.id, action=action, choice=choice, alternatives=alternatives,
+                        reason=_choice_reason(choice, job)), first[0].group.slot
+    alternatives = _runners_up(p.ranking.distinct(set()), p.option)
+    if first[2] == 1:  # only transient blockers stand in the way of the best
         return Decision(job_id=job.id, action="wait", choice=None, alternatives=alternatives,
-                        reason=_wait_reason(waiting)), None
-    if not scored and job.spec.policy.capacity == "reserved":
-        # Units of reserved capacity free up as other jobs finish: wait rather than refuse.
-        return Decision(job_id=job.id, action="wait", choice=None, alternatives=(),
-                        reason="waiting: no free reserved capacity matches the job "
-                               "(set policy.capacity: auto to use spot or on-demand)"), None
+                        reason=_wait_reason(p, first)), None
     return Decision(job_id=job.id, action="refuse", choice=None, alternatives=alternatives,
-                    reason=_refusal(job, scored, m)), None
+                    reason=_refusal(p, first)), None
 
 
-def _runners_up(options: list[Option], choice: Option | None) -> tuple[Option, ...]:
+def _runners_up(distinct: Iterable[Pick], make: Callable[[Pick], Option]) -> tuple[Option, ...]:
     """The best few, one per cloud, region, type and capacity: other zones of the same type add nothing."""
-    seen = set() if choice is None else {_shape(choice)}
-    out: list[Option] = []
-    for o in options:
-        if _shape(o) not in seen:
-            seen.add(_shape(o))
-            out.append(o)
-            if len(out) == MAX_ALTERNATIVES:
-                break
-    return tuple(out)
+    return tuple(make(pick) for pick in islice(distinct, MAX_ALTERNATIVES))
 
 
-def _shape(o: Option) -> tuple[str, ...]:
-    return (o.provider, o.region, o.instance_type, o.capacity.value, o.source, o.instance_id or "")
-
-
-def _ranked_options(job: PlanJob, scored: list[_Scored]) -> list[Option]:
-    """The options best first; feasible ones say why they won, or how they compare with the winner."""
-    if not scored or not scored[0].feasible:
-        return [s.option for s in scored]
-    choice = scored[0].option
-    choice = choice.model_copy(update={"why": _choice_why(choice, job)})
-    return [choice, *(_vs_choice(s.option, choice) for s in scored[1:])]
-
-
-def _choice_why(o: Option, job: PlanJob) -> str:
-    if o.capacity is Capacity.reserved:
+def _choice_why(pick: Pick, job: PlanJob) -> str:
+    g = pick[0].group
+    if g.capacity is Capacity.reserved:
         what = "reserved capacity, already paid"
     else:
         what = "cheapest meeting the deadline" if job.deadline_at is not None else "cheapest"
-    return f"{what}; warm, no boot" if o.source == "warm" else what
-
-
-def _vs_choice(o: Option, choice: Option) -> Option:
-    if not o.feasible:
-        return o
-    extra = o.est_cost - choice.est_cost
-    if extra.amount > 0:
-        why = f"feasible; {extra} more"
-    else:
-        later = (o.finish_by - choice.finish_by).total_seconds() / 3600
-        why = f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
-    return o.model_copy(update={"why": why})
+    return f"{what}; warm, no boot" if g.source == "warm" else what
 
 
 def _choice_reason(o: Option, job: PlanJob) -> str:
@@ -524,16 +303,23 @@ def _choice_reason(o: Option, job: PlanJob) -> str:
     return f"{_label(o)} is {goal}: {plan_text}"
 
 
-def _wait_reason(waiting: list[_Scored]) -> str:
-    parts = []
-    for kind, text in (("stock", "sold out"), ("avoid", "recently out of capacity")):
-        count = sum(1 for s in waiting if s.has(kind))
-        if count:
-            parts.append(f"{text} ({count})")
-    holders = sorted({b.holder for s in waiting for b in s.blockers if b.holder is not None})
+def _wait_reason(p: _Planning, first: Pick) -> str:
+    """``first``: the best candidate, blocked by stock, recent capacity errors or a held slot only."""
+    counts = {"stock": 0, "avoid": 0}
+    holders = set()
+    for s in p.ranking.scored:
+        if s.structural:
+            continue
+        if s.taken_by is not None:
+            holders.add(s.taken_by)
+        for mem in s.group.members:
+            counts["stock"] += mem.sold_out
+            counts["avoid"] += mem in s.avoided
+    parts = [f"{text} ({counts[kind]})" for kind, text in (("stock", "sold out"),
+                                                            ("avoid", "recently out of capacity")) if counts[kind]]
     if holders:
-        parts.append(f"held for higher-priority job {', '.join(holders)}")
-    best = waiting[0].option
+        parts.append(f"held for higher-priority job {', '.join(sorted(holders))}")
+    best = p.option(first)
     return (f"waiting: every option that meets the deadline and budget is {' or '.join(parts)}; "
             f"best when free: {_label(best)}, ~{best.est_cost}")
 
@@ -541,54 +327,56 @@ def _wait_reason(waiting: list[_Scored]) -> str:
 # --- refusals ---------------------------------------------------------------------
 
 
-def _refusal(job: PlanJob, scored: list[_Scored], m: _Market) -> str:
+def _refusal(p: _Planning, first: Pick) -> str:
     """Why nothing can work even once stock returns, and what in the job file to change."""
-    if not scored:
-        return _no_match_reason(job, m)
-    fitting = [s for s in scored if not (s.has("memory") or s.has("estimate"))]
+    job, scored = p.job, p.ranking.scored
+    fitting = [s for s in scored if s.usable]
     if not fitting:
-        memory = [b.text for s in scored for b in s.blockers if b.kind == "memory"]
-        if not memory:
-            return f"cannot estimate the job: {scored[0].blockers[-1].text}"
-        fix = _relaxation_hints(job, m) or ["use a smaller model or img_size"]
-        return f"the job fits no allowed GPU ({memory[0]}): {' or '.join(fix)}"
-    on_time = [s for s in fitting if not (s.has("deadline") or s.has("spot_risk"))]
+        if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
+            return f"cannot estimate the job: {first[0].blockers(first[1], job, p.book)[-1].text}"
+        memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
+        fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
+        return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
+    on_time = [s for s in fitting if s.timing.late is None]
     if not on_time and job.deadline_at is not None:
-        return _deadline_refusal(job, fitting, m)
-    over = [s for s in on_time if s.has("budget") and s.budget_total is not None]
+        return _deadline_refusal(p, fitting)
+    over = [s for s in on_time if s.over_budget]
     if over:
-        return _budget_refusal(job, over, m)
-    return f"no option is feasible; the best one: {scored[0].option.why}"
+        return _budget_refusal(p, over)
+    return f"no option is feasible; the best one: {p.option(first).why}"
 
 
-def _deadline_refusal(job: PlanJob, fitting: list[_Scored], m: _Market) -> str:
-    fastest = min(fitting, key=lambda s: (s.needed_deadline or m.now, _sort_key(s)))
-    assert job.deadline_at is not None and fastest.needed_deadline is not None
-    o, deadline = fastest.option, job.deadline_at
+def _deadline_refusal(p: _Planning, fitting: list[Scored]) -> str:
+    now, safety = p.book.now, p.book.policy.deadline_safety
+    soonest = min(s.timing.needed(now, safety) for s in fitting)
+    _, mem, rank, s = min((*s.best(), s) for s in fitting if s.timing.needed(now, safety) == soonest)
+    job = p.job
+    assert job.deadline_at is not None
+    o, deadline = p.option((s, mem, rank)), job.deadline_at
     if o.finish_by > deadline:
         when = f"{_hours(o.finish_by - deadline)} after the deadline"
     else:
-        when = f"inside the {m.policy.deadline_safety:.0%} safety margin before the deadline"
-    fix = [f"move the deadline to {_fmt_time(_ceil_minute(fastest.needed_deadline))} or later",
-           *_relaxation_hints(job, m)]
+        when = f"inside the {p.book.policy.deadline_safety:.0%} safety margin before the deadline"
+    fix = [f"move the deadline to {_fmt_time(_ceil_minute(soonest))} or later", *_relaxation_hints(p)]
     return f"fastest option ({_label(o)}) finishes {_fmt_time(o.finish_by)}, {when}: {' or '.join(fix)}"
 
 
-def _budget_refusal(job: PlanJob, over: list[_Scored], m: _Market) -> str:
+def _budget_refusal(p: _Planning, over: list[Scored]) -> str:
+    job, fx = p.job, p.book.policy.fx
     budget = job.spec.policy.budget
     assert budget is not None
-    cheapest = min(over, key=lambda s: (s.budget_total.amount if s.budget_total else Decimal(0), _sort_key(s)))
-    assert cheapest.budget_total is not None
-    cost = m.policy.fx.convert(cheapest.option.est_cost, budget.currency)
-    spent = f" plus {m.policy.fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
-    need = cheapest.budget_total.amount.to_integral_value(rounding=ROUND_CEILING)
-    fix = [f"raise policy.budget to at least {need} {budget.currency}", *_relaxation_hints(job, m)]
+    total, _key, mem, rank, s = min((s.budget_total, *s.best(), s) for s in over)
+    assert total is not None
+    cost = fx.convert(p.option((s, mem, rank)).est_cost, budget.currency)
+    spent = f" plus {fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
+    need = total.to_integral_value(rounding=ROUND_CEILING)
+    fix = [f"raise policy.budget to at least {need} {budget.currency}", *_relaxation_hints(p)]
     what = "cheapest option meeting the deadline" if job.deadline_at is not None else "cheapest option"
     return f"{what} costs {cost}{spent}, over the {budget} budget: {' or '.join(fix)}"
 
 
-def _no_match_reason(job: PlanJob, m: _Market) -> str:
-    spec = job.spec
+def _no_match_reason(p: _Planning) -> str:
+    spec = p.job.spec
     gpus = "/".join(spec.resources.gpus) if spec.resources.gpus else "any GPU"
     wanted = [f"{spec.resources.gpu_count} x {gpus}"]
     if spec.where.providers:
@@ -598,49 +386,43 @@ def _no_match_reason(job: PlanJob, m: _Market) -> str:
     if spec.policy.capacity != "auto":
         wanted.append(f"as {spec.policy.capacity}")
     fixes = []
-    for relaxed, describe in _relaxations(job):
-        cands = _candidates(relaxed, m.offers, m.slots, m.policy)
-        if cands:
-            first = min(cands, key=lambda c: (c.offer.key, c.capacity.value))
-            fixes.append(describe(first.offer, first.capacity))
+    for relaxed, describe in _relaxations(p.job, p.book.policy):
+        groups = [g for bundle in p.book.matching(relaxed) for g in bundle]
+        if groups:  # the first candidate by offer key and capacity, in input order on a tie
+            _, _, _, mem, g = min((m.offer.key, g.capacity.value, m.tail[-1], m, g) for g in groups for m in g.members)
+            fixes.append(describe(mem.offer, g.capacity))
     if not fixes:
         fixes = [f"no offer has {spec.resources.gpu_count} GPU(s) per machine: change resources.gpu_count"]
     return f"no offer matches the job ({' '.join(wanted)}): {' or '.join(fixes)}"
 
 
-_Hint = Callable[["Offer | Option", Capacity], str]  # both carry gpu, region and provider
+_Hint = Callable[["Offer | Group", Capacity], str]  # both carry gpu, region and provider
 
 
-def _relaxations(job: PlanJob) -> list[tuple[PlanJob, _Hint]]:
-    """The job with one of its own filters lifted, and how to tell the user to lift it."""
+def _relaxations(job: PlanJob, policy: PlannerPolicy) -> list[tuple[Filter, _Hint]]:
+    """The job's filter with one of its own filters lifted, and how to tell the user to lift it."""
     spec = job.spec
-    out: list[tuple[PlanJob, _Hint]] = []
-
-    def with_spec(**update: object) -> PlanJob:
-        return job.model_copy(update={"spec": spec.model_copy(update=update)})
-
+    f = _filter(job, policy)
+    out: list[tuple[Filter, _Hint]] = []
     if spec.resources.gpus is not None:
-        out.append((with_spec(resources=spec.resources.model_copy(update={"gpus": None})),
-                    lambda o, c: f"allow {o.gpu}"))
+        out.append((f._replace(gpus=None), lambda o, c: f"allow {o.gpu}"))
     if spec.policy.capacity != "auto":
-        out.append((with_spec(policy=spec.policy.model_copy(update={"capacity": "auto"})),
+        out.append((f._replace(capacities=_allowed_capacities("auto", job.preemptions, policy)),
                     lambda o, c: f"allow {c.value}"))
     if spec.where.regions is not None:
-        out.append((with_spec(where=spec.where.model_copy(update={"regions": None})),
-                    lambda o, c: f"allow region {o.region}"))
+        out.append((f._replace(regions=None), lambda o, c: f"allow region {o.region}"))
     if spec.where.providers is not None:
-        out.append((with_spec(where=spec.where.model_copy(update={"providers": None})),
-                    lambda o, c: f"allow {o.provider}"))
+        out.append((f._replace(providers=None), lambda o, c: f"allow {o.provider}"))
     return out
 
 
-def _relaxation_hints(job: PlanJob, m: _Market) -> list[str]:
+def _relaxation_hints(p: _Planning) -> list[str]:
     """For each filter of the job that, lifted alone, yields a usable option (stock permitting), say how."""
     hints: list[str] = []
-    for relaxed, describe in _relaxations(job):
-        usable = [s.option for s in _score_all(relaxed, m) if s.feasible or s.only_transient]
-        if usable:
-            hint = describe(usable[0], usable[0].capacity)
+    for relaxed, describe in _relaxations(p.job, p.book.policy):
+        first = p.scorer.first_usable(relaxed)  # feasible, or only waiting on stock
+        if first is not None:
+            hint = describe(first[0].group, first[0].group.capacity)
             if hint not in hints:
                 hints.append(hint)
     return hints
@@ -651,14 +433,6 @@ def _relaxation_hints(job: PlanJob, m: _Market) -> list[str]:
 
 def _label(o: Option) -> str:
     return f"{o.provider} {o.instance_type} {o.capacity.value} in {o.zone}"
-
-
-def _hours(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 3600:.1f} h"
-
-
-def _fmt_time(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _ceil_minute(dt: datetime) -> datetime:
