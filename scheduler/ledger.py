@@ -318,8 +318,9 @@ def _continuation(interval: UsageIntervalRow, at: datetime) -> UsageIntervalRow:
     )
 
 
-def _record(interval: UsageIntervalRow, instance: InstanceRow, piece: PricedSpan) -> CostRecordRow:
-    return CostRecordRow(
+def _cost_fields(interval: UsageIntervalRow, instance: InstanceRow, piece: PricedSpan) -> dict:
+    """What a priced piece of an interval says, for a stored record and an on-the-fly line alike."""
+    return dict(
         usage_interval_id=interval.id,
         month=piece.month,
         instance_id=interval.instance_id,
@@ -339,6 +340,10 @@ def _record(interval: UsageIntervalRow, instance: InstanceRow, piece: PricedSpan
         on_demand_amount=piece.on_demand_amount,
         currency=instance.price_currency,
     )
+
+
+def _record(interval: UsageIntervalRow, instance: InstanceRow, piece: PricedSpan) -> CostRecordRow:
+    return CostRecordRow(**_cost_fields(interval, instance, piece))
 
 
 # --- reading costs
@@ -455,27 +460,7 @@ def _estimate(
         if now is not None:
             end = min(end, now)
         for piece in price_span(interval.start, end, instance.price_amount, instance.on_demand_amount):
-            yield CostLine(
-                month=piece.month,
-                usage_interval_id=interval.id,
-                instance_id=interval.instance_id,
-                job_id=interval.job_id,
-                team=interval.team,
-                project=interval.project,
-                kind=interval.kind,
-                provider=interval.provider,
-                region=interval.region,
-                gpu=interval.gpu,
-                instance_type=interval.instance_type,
-                capacity=interval.capacity,
-                start=piece.start,
-                end=piece.end,
-                hours=piece.hours,
-                amount=piece.amount,
-                on_demand_amount=piece.on_demand_amount,
-                currency=instance.price_currency,
-                final=False,
-            )
+            yield CostLine(**_cost_fields(interval, instance, piece), final=False)
 
 
 def _line_from_record(record: CostRecordRow) -> CostLine:
