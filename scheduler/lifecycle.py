@@ -42,8 +42,9 @@ from scheduler.agent_reports import report_finished, report_progress
 from scheduler.bootstrap import user_data_for
 from scheduler.clock import utc
 from scheduler.models import Capacity, JobSpec, Offer
+from scheduler.money import Money
 from scheduler.perf_learning import measured_rates
-from scheduler.planner import Decision, FleetSlot, PlanJob, plan
+from scheduler.planner import Decision, FleetSlot, PlanJob, TeamBudget, plan
 from scheduler.reaper import reap_idle
 from scheduler.reconcile import reconcile
 from scheduler.states import (
@@ -181,11 +182,25 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         ]
         fleet = _fleet(ctx, s, now)
         measured = measured_rates(s)  # observed epoch times replace the priors where we have them
+        budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
     offers = ctx.offers.offers(ctx.providers, now)
-    decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured)
+    decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured, team_budgets=budgets)
     for d in decisions:
         _act(ctx, now, d, report)
     return decisions
+
+
+def _team_budgets(ctx: TickContext, s: Session, now: datetime, teams: set[str]) -> dict[str, TeamBudget]:
+    """What is left of each queued team's monthly budget: the month's spend so far (running machines included)."""
+    wanted = {t: b for t, b in ctx.settings.team_budgets.items() if t in teams}
+    if not wanted:
+        return {}
+    spent: dict[str, Money] = {t: Money.zero(b.currency) for t, b in wanted.items()}
+    for line in ledger.cost_lines(s, now.strftime("%Y-%m"), now):
+        if line.team in spent:
+            spent[line.team] = spent[line.team] + ctx.settings.fx.convert(
+                Money(amount=line.amount, currency=line.currency), spent[line.team].currency)
+    return {t: TeamBudget(monthly=b, left=b - spent[t]) for t, b in wanted.items()}
 
 
 def _fleet(ctx: TickContext, s: Session, now: datetime) -> list[FleetSlot]:

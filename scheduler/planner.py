@@ -65,6 +65,13 @@ Measured = Mapping[tuple[str, str, int], float]  # perf.estimate's measured rate
 Action = Literal["launch", "reuse", "wait", "refuse"]
 
 
+class TeamBudget(Frozen):
+    """A team's monthly budget and what is left of it this month (spend so far deducted)."""
+
+    monthly: Money
+    left: Money
+
+
 class PlanJob(Frozen):
     id: str
     spec: JobSpec
@@ -227,21 +234,48 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
 
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
-         policy: PlannerPolicy, *, measured: Measured | None = None) -> list[Decision]:
+         policy: PlannerPolicy, *, measured: Measured | None = None,
+         team_budgets: Mapping[str, TeamBudget] | None = None) -> list[Decision]:
     """One decision per job, in planning order (priority desc, deadline asc, submitted asc, id).
 
     Each fleet slot goes to at most one job: the first in planning order that
     chooses it; later jobs see it as held. ``measured`` passes learned training
-    rates on to ``perf.estimate``.
+    rates on to ``perf.estimate``. ``team_budgets``: a job whose expected cost
+    does not fit what is left of its team's month waits (or is refused when it
+    would not fit even a whole month); jobs planned earlier in the same call
+    count against the team first.
     """
     book = Book(offers, _canonical_fleet(fleet), now, policy, measured)
+    left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
     for job in sorted(jobs, key=_planning_order):
         decision, slot = _decide(_Planning(job, book))
+        budget = (team_budgets or {}).get(job.spec.team)
+        if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
+            decision, fits = _within_team_budget(decision, job.spec.team, budget, left, policy.fx)
+            if not fits:
+                slot = None
         if slot is not None:
             book.taken[slot] = job.id
         decisions.append(decision)
     return decisions
+
+
+def _within_team_budget(d: Decision, team: str, budget: TeamBudget, left: dict[str, Money],
+                        fx: FxRates) -> tuple[Decision, bool]:
+    assert d.choice is not None
+    cost = fx.convert(d.choice.est_cost, budget.left.currency)
+    if cost <= left[team]:
+        left[team] = left[team] - cost
+        return d, True
+    if cost > budget.monthly:
+        reason = (f"team {team}'s monthly budget is {budget.monthly.quantize()} and this job alone is expected to "
+                  f"cost {cost.quantize()}: raise the team budget (GPUSCHED_TEAM_BUDGETS) or make the job cheaper")
+        return d.model_copy(update={"action": "refuse", "choice": None, "reason": reason}), False
+    reason = (f"team {team} has {max(left[team], Money.zero(cost.currency)).quantize()} left of its "
+              f"{budget.monthly.quantize()} monthly budget and this job is expected to cost {cost.quantize()}: "
+              "it waits for budget (next month, or a raised GPUSCHED_TEAM_BUDGETS)")
+    return d.model_copy(update={"action": "wait", "choice": None, "reason": reason}), False
 
 
 def _planning_order(job: PlanJob) -> tuple:

@@ -17,7 +17,7 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
 from scheduler.models import ReservedCapacity
-from scheduler.money import FxRates
+from scheduler.money import FxRates, Money
 
 
 class Settings(BaseSettings):
@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     reserved: list[ReservedCapacity] = []
 
     # --- money and reports
+    # Monthly budget per team, JSON: {"vision-qa": "5000 CNY"}. A job that would break it waits.
+    team_budgets: dict[str, Money] = {}
     report_currency: Literal["CNY", "USD"] = "CNY"
     fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0)
     report_cron: str = "0 6 1 * *"  # minute hour day month weekday: 06:00 on the 1st
@@ -73,6 +75,15 @@ class Settings(BaseSettings):
     def _csv(cls, v: object) -> object:
         if isinstance(v, str) and not v.strip().startswith("["):
             return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @field_validator("team_budgets", mode="before")
+    @classmethod
+    def _budgets(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = json.loads(v) if v.strip() else {}
+        if isinstance(v, dict):
+            return {team: Money.parse(m) if isinstance(m, str) else m for team, m in v.items()}
         return v
 
     @field_validator("reserved", mode="before")

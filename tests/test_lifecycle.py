@@ -332,3 +332,19 @@ def test_launch_carries_agent_user_data_without_the_api_token(store, sim_clock):
     assert f"GPUSCHED_AGENT_JOB={job_id}" in inst.user_data
     assert "https://gpusched.example:8642" in inst.user_data
     assert secret not in inst.user_data
+
+
+def test_team_over_its_monthly_budget_waits(store, sim_clock):
+    w = World(store, sim_clock)
+    w.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], team_budgets={"vision-qa": "0.01 CNY"},
+                          reserved=[])
+    w.ctx = w.new_ctx()
+    job_id = w.submit(job_spec())
+    w.step()
+    job = w.job(job_id)
+    assert job.state == JobState.failed.value and "monthly budget" in job.reason  # a whole month would not do
+    w.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], team_budgets={"vision-qa": "800 CNY"})
+    w.ctx = w.new_ctx()
+    other = w.submit(job_spec())
+    w.step()
+    assert w.job(other).state in (JobState.provisioning.value, JobState.running.value)

@@ -611,3 +611,38 @@ def test_strategies_pick_their_capacity(strategy, job_capacity, rate, spot, expe
     assert d.choice is not None and d.choice.capacity is expected
     if expected is Capacity.spot:
         assert (d.choice.expected_interruptions > 0) is interruptions_priced
+
+
+# --- team budgets per month -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("monthly", "left", "jobs", "expected"),  # left in units of one job's expected cost
+    [
+        ("1000 CNY", "100", 1, ["launch"]),
+        ("1000 CNY", "0.5", 1, ["wait"]),  # the month is spent: wait for the next one
+        ("0.10 CNY", "0.01", 1, ["refuse"]),  # would not fit even a whole month
+        ("1000 CNY", "1.5", 2, ["launch", "wait"]),  # the first job uses what is left
+    ],
+)
+def test_team_budget_waits_or_refuses(monthly, left, jobs, expected):
+    from scheduler.planner import TeamBudget
+
+    offers = [make_offer(spot="0.40 USD")]
+    queued = [make_job(f"j{i}", deadline_h=48, epochs=30) for i in range(jobs)]
+    one = plan(queued[:1], offers, [], NOW, POLICY)[0]
+    assert one.choice is not None and Money.parse("5 CNY") < one.choice.est_cost < Money.parse("12 CNY")
+    budgets = {"vision": TeamBudget(monthly=Money.parse(monthly), left=one.choice.est_cost * Decimal(left))}
+    decisions = plan(queued, offers, [], NOW, POLICY, team_budgets=budgets)
+    assert [d.action for d in decisions] == expected
+    for d in decisions:
+        if d.action in ("wait", "refuse"):
+            assert "team vision" in d.reason and d.choice is None
+
+
+def test_other_teams_budgets_do_not_apply():
+    from scheduler.planner import TeamBudget
+
+    budgets = {"someone-else": TeamBudget(monthly=Money.parse("1 CNY"), left=Money.parse("0 CNY"))}
+    [d] = plan([make_job(deadline_h=48)], [make_offer()], [], NOW, POLICY, team_budgets=budgets)
+    assert d.action == "launch"
