@@ -192,6 +192,20 @@ def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
     out.print(f"{job.id}: {job.state}")
 
 
+@app.command(hidden=True)
+def agent() -> None:
+    """On a cloud instance: run this machine's job attempt and report to the daemon (started by cloud-init)."""
+    import httpx
+
+    from scheduler.agent import AgentConfig, run_agent
+
+    cfg = AgentConfig.from_env()
+    _setup_logging(_settings(), daemon=True)
+    with httpx.Client(timeout=30) as http:
+        ok = run_agent(cfg, http)
+    raise typer.Exit(0 if ok else 1)
+
+
 @app.command()
 def daemon() -> None:
     """Run the scheduler: the tick, the monthly report and the HTTP API."""

@@ -1,0 +1,98 @@
+"""`gpusched agent`: the on-instance agent that runs one job attempt and reports to the daemon.
+
+Started by the cloud-init user-data (``bootstrap.py``) with four settings in
+``/etc/gpusched/agent.env``: the API address, the job, the attempt and a
+job-scoped token. It fetches the job, runs the YOLOv9 command from ``yolo.py``,
+watches ``results.csv`` (one row per finished epoch) and reports every new epoch
+as the job's resume point, then reports the exit. It never sees the API token or
+a cloud credential; data and checkpoints are read and written with the machine's
+role (staging them is the image's job: the commands below expect them under the
+work directory, as ``yolo.staged_inputs`` lists).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from scheduler import yolo
+from scheduler.clock import Clock, SystemClock
+from scheduler.errors import SettingsError
+from scheduler.models import JobSpec, Kind
+from scheduler.perf import physical_batch
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    api: str
+    job_id: str
+    attempt: int
+    token: str
+    workdir: str = "/opt/gpusched/work"
+    gpu: str = "A10"
+    gpu_count: int = 1
+    poll_seconds: float = 30.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
+        env = dict(os.environ if env is None else env)
+        missing = [k for k in ("GPUSCHED_AGENT_API", "GPUSCHED_AGENT_JOB", "GPUSCHED_AGENT_ATTEMPT",
+                               "GPUSCHED_AGENT_TOKEN") if not env.get(k)]
+        if missing:
+            raise SettingsError(f"the agent needs {', '.join(missing)}", fix="see /etc/gpusched/agent.env")
+        return cls(api=env["GPUSCHED_AGENT_API"], job_id=env["GPUSCHED_AGENT_JOB"],
+                   attempt=int(env["GPUSCHED_AGENT_ATTEMPT"]), token=env["GPUSCHED_AGENT_TOKEN"],
+                   workdir=env.get("GPUSCHED_AGENT_WORKDIR", cls.workdir),
+                   gpu=env.get("GPUSCHED_AGENT_GPU", cls.gpu),
+                   gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)))
+
+
+def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> list[str]:
+    run = f"{spec.name}"
+    if spec.kind is Kind.train:
+        batch = physical_batch(spec.model, cfg.gpu, spec.train.img_size, spec.train.batch) or 1  # type: ignore[union-attr]
+        return yolo.train_command(spec, physical_batch=batch, gpu_count=cfg.gpu_count, run_name=run,
+                                  workdir=cfg.workdir, resume_from=resume_from)
+    if spec.kind is Kind.infer:
+        return yolo.infer_command(spec, run_name=run, workdir=cfg.workdir)
+    if spec.kind is Kind.val:
+        return yolo.val_command(spec, run_name=run, workdir=cfg.workdir)
+    return yolo.export_command(spec, workdir=cfg.workdir)
+
+
+def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = None,
+              launch: Callable[[Sequence[str]], subprocess.Popen] | None = None) -> bool:
+    """Run the attempt to its end; returns whether it succeeded. ``launch`` is injectable for tests."""
+    clock = clock or SystemClock()
+    launch = launch or (lambda argv: subprocess.Popen(list(argv), cwd=cfg.workdir))
+    auth = {"Authorization": f"Bearer {cfg.token}"}
+    job = http.get(f"{cfg.api}/v1/agent/job", headers=auth)
+    job.raise_for_status()
+    body = job.json()
+    spec = JobSpec.model_validate(body["spec"])
+    resume = yolo.checkpoint_path(cfg.workdir, spec.name) if body.get("epochs_done") else None
+    proc = launch(command_for(spec, cfg, resume))
+    results = Path(yolo.run_dir(cfg.workdir, "train", spec.name)) / "results.csv"
+    reported = int(body.get("epochs_done") or 0)
+    while True:
+        done = proc.poll() is not None
+        if spec.kind is Kind.train and results.exists():
+            rows = yolo.parse_results_csv(results.read_text())
+            epochs = max((r.epoch + 1 for r in rows), default=0)  # YOLOv9 numbers epochs from 0
+            if epochs > reported:
+                http.post(f"{cfg.api}/v1/agent/progress", headers=auth,
+                          json={"epochs_done": epochs, "checkpoint_uri": yolo.checkpoint_path(cfg.workdir, spec.name)}
+                          ).raise_for_status()
+                reported = epochs
+        if done:
+            break
+        clock.sleep(cfg.poll_seconds)
+    ok = proc.returncode == 0
+    http.post(f"{cfg.api}/v1/agent/finished", headers=auth,
+              json={"ok": ok, "message": "" if ok else f"exit status {proc.returncode}"}).raise_for_status()
+    return ok
