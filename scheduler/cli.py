@@ -246,6 +246,27 @@ def demo(
     run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
 
 
+bench_app = typer.Typer(help="Benchmarks on data the project did not make.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("spot-traces")
+def bench_spot_traces(
+    traces: Path = typer.Option(..., help="folder of the Can't Be Late spot traces (skypilot-org/spot-traces)"),
+    out_dir: Path = typer.Option(Path("spot-bench"), "--out", help="where the table, chart and JSON go"),
+    starts: int = typer.Option(300, help="start points per trace"),
+    seed: int = typer.Option(0, help="seed for the start points"),
+    workers: int = typer.Option(0, help="processes (0: one per core)"),
+) -> None:
+    """Replay real AWS spot traces: od-only, greedy, Uniform Progress, ours and the optimum."""
+    from scheduler.spot_bench import run_spot_bench
+    from scheduler.spot_bench_report import render_markdown
+
+    result = run_spot_bench(traces, out_dir, starts=starts, seed=seed, workers=workers)
+    sys.stdout.write(render_markdown(result) + "\n")
+    out.print(f"written to {out_dir}/")
+
+
 trace_app = typer.Typer(help="Workload traces for `gpusched simulate`.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
 
