@@ -400,7 +400,10 @@ def build_report(
     lines += open_lines
 
     total = sum((l.cost for l in lines), Decimal(0))
-    on_demand = sum((l.on_demand for l in lines), Decimal(0))
+    # Savings count only hours paid by the hour: prepaid reserved hours were bought before the month.
+    on_demand = sum((l.on_demand for l in lines if l.capacity != "reserved"), Decimal(0))
+    reserved_hours = sum((l.hours for l in lines if l.capacity == "reserved"), Decimal(0))
+    reserved_value = sum((l.on_demand for l in lines if l.capacity == "reserved"), Decimal(0))
     stops, avoided_hours, avoided_cost = _idle_avoided(session, start, end, now, idle_assumed_hours, currency, fx)
     jobs = _jobs(session, lines, month, currency, fx)
     rates = {cur: fx.rate(cur, currency) for cur in CURRENCIES if cur != currency}
@@ -420,7 +423,9 @@ def build_report(
         own_notes.append(f"The month is not over: figures run up to {now:%Y-%m-%d %H:%M} UTC.")
     if any(l.capacity == "reserved" for l in lines):
         own_notes.append(
-            "Reserved machines are prepaid: they show no cost here, and their on-demand value counts as savings."
+            f"Reserved machines are prepaid: they ran {reserved_hours:.1f} h worth {_m(reserved_value, currency)} "
+            "at on-demand prices, show no cost here, and are left out of the on-demand equivalent and the "
+            "savings (the commitment was paid before the month)."
         )
     if open_lines:
         own_notes.append(f"Includes {len(open_lines)} still-running interval(s) priced up to the report time.")
