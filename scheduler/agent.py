@@ -6,8 +6,9 @@ job-scoped token. It fetches the job, runs the YOLOv9 command from ``yolo.py``,
 watches ``results.csv`` (one row per finished epoch) and reports every new epoch
 as the job's resume point, then reports the exit. It never sees the API token or
 a cloud credential; data and checkpoints are read and written with the machine's
-role (staging them is the image's job: the commands below expect them under the
-work directory, as ``yolo.staged_inputs`` lists).
+role: checkpoints are copied with the cloud's CLI (aws s3 / ossutil / coscli); staging
+the dataset is the image's job (the commands expect it under the work directory, as
+``yolo.staged_inputs`` lists).
 """
 
 from __future__ import annotations
@@ -52,6 +53,26 @@ class AgentConfig:
                    gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)))
 
 
+# Object-store CLIs that read credentials from the instance role (no keys on the machine).
+COPY_TOOLS = {"s3": ["aws", "s3", "cp"], "oss": ["ossutil", "cp", "-f"], "cos": ["coscli", "cp"]}
+
+
+def copy_with_cli(src: str, dst: str) -> None:
+    """Copy one file to or from s3:// oss:// cos:// with that cloud's CLI."""
+    remote = dst if "://" in dst else src
+    tool = COPY_TOOLS.get(remote.split("://", 1)[0])
+    if tool is None:
+        raise ValueError(f"no copy tool for {remote!r}")
+    subprocess.run([*tool, src, dst], check=True)
+
+
+def remote_checkpoint(spec: JobSpec) -> str | None:
+    """Where last.pt lives between attempts: next to the dataset, under runs/<job name>/."""
+    if spec.data is None:
+        return None
+    return f"{spec.data.uri.rstrip('/')}/runs/{spec.name}/weights/last.pt"
+
+
 def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> list[str]:
     run = f"{spec.name}"
     if spec.kind is Kind.train:
@@ -66,8 +87,13 @@ def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> lis
 
 
 def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = None,
-              launch: Callable[[Sequence[str]], subprocess.Popen] | None = None) -> bool:
-    """Run the attempt to its end; returns whether it succeeded. ``launch`` is injectable for tests."""
+              launch: Callable[[Sequence[str]], subprocess.Popen] | None = None,
+              copy: Callable[[str, str], None] = copy_with_cli) -> bool:
+    """Run the attempt to its end; returns whether it succeeded. ``launch`` and ``copy`` are injectable.
+
+    A resumed attempt first fetches the last checkpoint; after every finished epoch ``last.pt`` is
+    uploaded, and only then reported: the daemon's resume point is always a checkpoint that exists.
+    """
     clock = clock or SystemClock()
     launch = launch or (lambda argv: subprocess.Popen(list(argv), cwd=cfg.workdir))
     auth = {"Authorization": f"Bearer {cfg.token}"}
@@ -75,7 +101,13 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
     job.raise_for_status()
     body = job.json()
     spec = JobSpec.model_validate(body["spec"])
-    resume = yolo.checkpoint_path(cfg.workdir, spec.name) if body.get("epochs_done") else None
+    local_ckpt = yolo.checkpoint_path(cfg.workdir, spec.name)
+    remote_ckpt = body.get("checkpoint_uri") or remote_checkpoint(spec)
+    resume = None
+    if body.get("epochs_done") and body.get("checkpoint_uri"):
+        Path(local_ckpt).parent.mkdir(parents=True, exist_ok=True)
+        copy(body["checkpoint_uri"], local_ckpt)
+        resume = local_ckpt
     proc = launch(command_for(spec, cfg, resume))
     results = Path(yolo.run_dir(cfg.workdir, "train", spec.name)) / "results.csv"
     reported = int(body.get("epochs_done") or 0)
@@ -84,10 +116,10 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
         if spec.kind is Kind.train and results.exists():
             rows = yolo.parse_results_csv(results.read_text())
             epochs = max((r.epoch + 1 for r in rows), default=0)  # YOLOv9 numbers epochs from 0
-            if epochs > reported:
+            if epochs > reported and remote_ckpt and Path(local_ckpt).exists():
+                copy(local_ckpt, remote_ckpt)
                 http.post(f"{cfg.api}/v1/agent/progress", headers=auth,
-                          json={"epochs_done": epochs, "checkpoint_uri": yolo.checkpoint_path(cfg.workdir, spec.name)}
-                          ).raise_for_status()
+                          json={"epochs_done": epochs, "checkpoint_uri": remote_ckpt}).raise_for_status()
                 reported = epochs
         if done:
             break
