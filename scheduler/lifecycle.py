@@ -92,17 +92,17 @@ def _request_token(row: InstanceRow) -> str:
 def tick(ctx: TickContext) -> TickReport:
     now = ctx.clock.now()
     report = TickReport(at=now)
-    with ctx.store.session() as s:
-        if not ctx.store.try_lock(s, "gpusched-tick"):
+    with ctx.store.held_lock("gpusched-tick") as got:
+        if not got:
             log.info("tick_skipped", why="another daemon holds the tick lock")
             return report
-    reconcile(ctx, now, report)
-    release_cancelled(ctx, now)
-    reissue_intents(ctx, now, report)
-    plan_and_act(ctx, now, report)
-    reap_idle(ctx, now, report)
-    with ctx.store.session() as s:
-        report.cost_records = ledger.account(s, now)
+        reconcile(ctx, now, report)
+        release_cancelled(ctx, now)
+        reissue_intents(ctx, now, report)
+        plan_and_act(ctx, now, report)
+        reap_idle(ctx, now, report)
+        with ctx.store.session() as s:
+            report.cost_records = ledger.account(s, now)
     return report
 
 

@@ -147,6 +147,28 @@ class Store:
         """``advisory_lock`` as a method, for callers holding only the store."""
         return advisory_lock(session, name)
 
+    @contextmanager
+    def held_lock(self, name: str) -> Iterator[bool]:
+        """Hold the lock ``name`` for the whole ``with`` block (many transactions); yields whether we got it.
+
+        PostgreSQL: a session-level ``pg_try_advisory_lock`` on a connection of its own, released
+        at the end (or when the connection dies with the process). SQLite: always True (one file,
+        one daemon). Several daemons on one PostgreSQL thus never run a tick at the same time.
+        """
+        if not self.is_postgres:
+            yield True
+            return
+        with self.engine.connect() as conn:
+            key = lock_key(name)
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar_one())
+            conn.commit()
+            try:
+                yield got
+            finally:
+                if got:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                    conn.commit()
+
     # --- migrations
 
     def alembic_config(self) -> Config:

@@ -348,3 +348,11 @@ def test_team_over_its_monthly_budget_waits(store, sim_clock):
     other = w.submit(job_spec())
     w.step()
     assert w.job(other).state in (JobState.provisioning.value, JobState.running.value)
+
+
+def test_the_tick_runs_a_job_to_success_on_postgresql_too(pg_store, sim_clock):
+    w = World(pg_store, sim_clock)
+    job_id = w.submit(job_spec())
+    w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
+    assert w.job(job_id).epochs_done == 20
+    assert_invariants(w)

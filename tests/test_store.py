@@ -285,3 +285,21 @@ def test_advisory_lock_admits_one_holder_at_a_time_on_postgres(pg_store: Store) 
             assert advisory_lock(second, "report")  # other names are independent
     with pg_store.session() as third:  # released when the first transaction ended
         assert pg_store.try_lock(third, "tick")
+
+
+def test_held_lock_lets_one_daemon_tick_at_a_time_on_postgresql(pg_store):
+    with pg_store.held_lock("gpusched-tick") as first:
+        assert first is True
+        other = Store(str(pg_store.url.render_as_string(hide_password=False)))
+        try:
+            with other.held_lock("gpusched-tick") as second:
+                assert second is False  # the other daemon's tick is running
+        finally:
+            other.dispose()
+    with pg_store.held_lock("gpusched-tick") as again:
+        assert again is True  # released when the first tick ended
+
+
+def test_held_lock_is_always_granted_on_sqlite(store):
+    with store.held_lock("gpusched-tick") as got:
+        assert got is True
