@@ -56,6 +56,7 @@ from scheduler.states import (
     JobState,
     move,
 )
+from scheduler.steering import steer
 from scheduler.store import add_event, new_id
 from scheduler.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.tickctx import SimulatedCrash, TickContext, TickReport, backoff_rng
@@ -97,12 +98,14 @@ def tick(ctx: TickContext) -> TickReport:
             log.info("tick_skipped", why="another daemon holds the tick lock")
             return report
         reconcile(ctx, now, report)
+        steer(ctx, now, report)
         release_cancelled(ctx, now)
         reissue_intents(ctx, now, report)
         plan_and_act(ctx, now, report)
         reap_idle(ctx, now, report)
         with ctx.store.session() as s:
             report.cost_records = ledger.account(s, now)
+        ctx.last_tick_at = now
     return report
 
 
@@ -170,7 +173,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         jobs = [
             PlanJob(
                 id=j.id,
-                spec=JobSpec.model_validate(j.spec_json),
+                spec=_with_override(ctx, j.id, JobSpec.model_validate(j.spec_json)),
                 submitted_at=utc(j.submitted_at),
                 deadline_at=utc(j.deadline_at) if j.deadline_at else None,
                 epochs_done=j.epochs_done,
@@ -185,9 +188,33 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
     offers = ctx.offers.offers(ctx.providers, now)
     decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured, team_budgets=budgets)
+    decisions = [_best_effort(ctx, d, jobs, offers, fleet, now, measured) for d in decisions]
     for d in decisions:
         _act(ctx, now, d, report)
     return decisions
+
+
+def _best_effort(ctx: TickContext, d: Decision, jobs: list[PlanJob], offers: list, fleet: list, now: datetime,
+                 measured: dict) -> Decision:
+    """A job that already ran and can no longer meet its deadline is finished on on-demand, not thrown away."""
+    job = next(j for j in jobs if j.id == d.job_id)
+    if d.action != "refuse" or not (job.epochs_done or job.preemptions) or job.deadline_at is None:
+        return d
+    spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": "on-demand"})})
+    late = job.model_copy(update={"deadline_at": None, "spec": spec})
+    [again] = plan([late], offers, [], now, ctx.planner_policy(), measured=measured)
+    if again.action != "launch":
+        return d
+    return again.model_copy(update={"reason": f"the deadline can no longer be met ({d.reason}); "
+                                              f"finishing on on-demand as soon as possible: {again.reason}"})
+
+
+def _with_override(ctx: TickContext, job_id: str, spec: JobSpec) -> JobSpec:
+    """A job the steering rule moved is planned on the capacity it was moved to."""
+    capacity = ctx.capacity_override.get(job_id)
+    if capacity is None:
+        return spec
+    return spec.model_copy(update={"policy": spec.policy.model_copy(update={"capacity": capacity})})
 
 
 def _team_budgets(ctx: TickContext, s: Session, now: datetime, teams: set[str]) -> dict[str, TeamBudget]:
@@ -265,6 +292,9 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
         choice = d.choice
         assert choice is not None
         job.attempt += 1
+        target = ctx.capacity_override.pop(job.id, None)  # the move is made: later plans are free again
+        if target is not None:
+            ctx.capacity_moved[job.id] = (job.attempt, target)
         offer_key = f"{choice.provider}/{choice.region}/{choice.zone}/{choice.instance_type}"
         attempt = AttemptRow(
             job_id=job.id,

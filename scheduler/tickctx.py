@@ -37,6 +37,11 @@ class TickContext:
     # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
     crashpoint: Callable[[str], None] = lambda name: None
     rng_seed: int = 0
+    # The steering rule's memory: how spot looked per job, and where moved jobs go next.
+    spot_watch: dict = field(default_factory=dict)
+    capacity_override: dict[str, str] = field(default_factory=dict)
+    capacity_moved: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> (attempt a move launched, target)
+    last_tick_at: datetime | None = None
     # False only for the skypilot-like baseline: a preempted job restarts from scratch.
     resume_after_preemption: bool = True
     # Repeatable instance ids for simulations; None in the daemon.
@@ -58,6 +63,7 @@ class TickReport:
     idle_stopped: int = 0
     orphans_terminated: int = 0
     launch_failures: int = 0
+    moved: int = 0  # jobs moved between spot and on-demand by the steering rule
     cost_records: int = 0
     errors: list[str] = field(default_factory=list)
 

@@ -356,3 +356,37 @@ def test_the_tick_runs_a_job_to_success_on_postgresql_too(pg_store, sim_clock):
     w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value)
     assert w.job(job_id).epochs_done == 20
     assert_invariants(w)
+
+
+def test_running_job_switches_spot_to_on_demand_and_back_as_the_rule_says(store, sim_clock):
+    """The spot-under-deadline rule in the daemon's own tick: a job that falls behind leaves spot at
+    its next checkpoint; once it is ahead again and spot has stayed available, it goes back."""
+    w = World(store, sim_clock)
+    base = job_spec(deadline="7h")
+    spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60}),
+                                   "data": base.data.model_copy(update={"train_images": 20000})})
+    job_id = w.submit(spec)
+    speed = {"factor": 1.0}
+    w.agents.true_factor = lambda _job, _gpu: speed["factor"]  # how fast the job really runs
+    seen: list[str] = []
+    for step in range(1000):
+        w.step()
+        attempts = w.attempts(job_id)
+        if attempts and (not seen or seen[-1] != attempts[-1].capacity):
+            seen.append(attempts[-1].capacity)
+        if step == 20:
+            speed["factor"] = 4.0  # the job runs 4x slower than planned: it falls behind
+        if seen[-1] == "on-demand":
+            speed["factor"] = 0.4  # and then catches up
+        if w.job(job_id).state == JobState.succeeded.value:
+            break
+    assert seen == ["spot", "on-demand", "spot"]
+    job = w.job(job_id)
+    assert job.state == JobState.succeeded.value and job.finished_at <= job.deadline_at
+    assert job.preemptions == 0  # moves are not preemptions
+    moves = [a for a in w.attempts(job_id) if a.state == "preempted"]
+    assert [m.reason.split(":")[0] for m in moves] == ["moved to on-demand", "moved to spot"]
+    # each move happened at a checkpoint: the next attempt starts exactly where the last one ended
+    atts = w.attempts(job_id)
+    assert all(b.start_epoch == a.end_epoch for a, b in zip(atts, atts[1:]))
+    assert_invariants(w)
