@@ -56,7 +56,7 @@ from scheduler.states import (
     JobState,
     move,
 )
-from scheduler.steering import steer
+from scheduler.steering import place_waiting, steer
 from scheduler.store import add_event, new_id
 from scheduler.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.tickctx import SimulatedCrash, TickContext, TickReport, backoff_rng
@@ -186,12 +186,35 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         fleet = _fleet(ctx, s, now)
         measured = measured_rates(s)  # observed epoch times replace the priors where we have them
         budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
+    jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
     decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured, team_budgets=budgets)
     decisions = [_best_effort(ctx, d, jobs, offers, fleet, now, measured) for d in decisions]
     for d in decisions:
         _act(ctx, now, d, report)
     return decisions
+
+
+def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> list[PlanJob]:
+    """Training jobs waiting after a reclaim or a move: spot_rule says spot, on-demand or wait."""
+    calls = place_waiting(ctx, now, jobs)
+    if not calls:
+        return jobs
+    out = []
+    for job in jobs:
+        call = calls.get(job.id)
+        if call is None:
+            out.append(job)
+        elif call.startswith("wait: "):
+            with ctx.store.session() as s:
+                row = s.get(JobRow, job.id)
+                if row is not None and row.reason != call[6:]:
+                    row.reason = call[6:]
+                    add_event(s, now, "job_waiting", call[6:], job_id=job.id)
+        else:
+            spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": call})})
+            out.append(job.model_copy(update={"spec": spec}))
+    return out
 
 
 def _best_effort(ctx: TickContext, d: Decision, jobs: list[PlanJob], offers: list, fleet: list, now: datetime,

@@ -24,7 +24,7 @@ from providers.base import InstanceRef, ProviderError
 from providers.retry import call_with_retry
 from scheduler import ledger, perf
 from scheduler.clock import utc
-from scheduler.models import Capacity, JobSpec, Kind, Stock
+from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.spot_rule import RuleInput, SpotState, decide
 from scheduler.states import (
     ATTEMPT_MOVES,
@@ -62,12 +62,84 @@ class SpotWatch:
         self.available, self.last = available, now
 
 
+def _window_h(ctx: TickContext, now: datetime) -> float:
+    since_last = (now - ctx.last_tick_at).total_seconds() if ctx.last_tick_at else 0.0
+    return max(ctx.settings.tick_seconds, since_last) / 3600
+
+
+def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, state: SpotState,
+                avoided: frozenset[str], window_h: float, now: datetime) -> RuleInput | None:
+    """What the daemon knows about one job for ``spot_rule.decide``; None when the rule does not apply."""
+    if offer.spot is None or offer.on_demand is None or spec.train is None:
+        return None
+    est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0)
+    if not est.epoch_hours:
+        return None
+    market = offer.spot_stock is not Stock.sold_out and f"{offer.key}|spot" not in avoided
+    watch = ctx.spot_watch.get(job.id)
+    if watch is None:
+        watch = ctx.spot_watch[job.id] = SpotWatch(since=now, last=now, available=market)
+    watch.update(now, market)
+    fx = ctx.settings.fx
+    price_k = float(fx.convert(offer.on_demand.per_hour, "CNY").amount / fx.convert(offer.spot.per_hour, "CNY").amount)
+    policy = ctx.planner_policy()
+    observed = (now - watch.since).total_seconds() / 3600
+    return RuleInput(
+        state=state,
+        compute_h=spec.train.epochs * est.epoch_hours,
+        progress_h=job.epochs_done * est.epoch_hours,
+        elapsed_h=max(0.0, (now - utc(job.submitted_at)).total_seconds() / 3600),
+        remaining_h=(utc(job.deadline_at) - now).total_seconds() / 3600,
+        changeover_h=policy.boot_hours + policy.restart_hours + est.epoch_hours / 2,
+        spot_available=True if state is SpotState.spot else market,
+        price_ratio_k=price_k,
+        tick_h=window_h,
+        observed_h=observed,
+        spot_seen_h=min(watch.seen_h, observed),
+        spot_spells=watch.spells,
+        outage_h=0.0 if market else watch.run_h,
+        spell_h=watch.run_h if market else 0.0,
+    )
+
+
+def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]:
+    """The rule's call for a training job waiting after a reclaim or a move (state idle):
+    returns job id -> "spot" / "on-demand" / "wait: <reason>". Only jobs that already ran, with a
+    deadline and capacity auto; the planner places everything else."""
+    if ctx.planner_policy().strategy != "gpusched":
+        return {}
+    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    avoided = ctx.offers.avoided(now)
+    out: dict[str, str] = {}
+    with ctx.store.session(write=False) as s:
+        for pj in jobs:
+            if pj.id in ctx.capacity_override or pj.deadline_at is None or pj.spec.kind is not Kind.train:
+                continue
+            if pj.spec.policy.capacity != "auto" or pj.spec.resources.nodes > 1:
+                continue
+            job = s.get(JobRow, pj.id)
+            last = s.scalars(select(AttemptRow).where(AttemptRow.job_id == pj.id)
+                             .order_by(AttemptRow.number.desc()).limit(1)).first()
+            if job is None or last is None or not (job.epochs_done or job.preemptions):
+                continue
+            if job.preemptions >= ctx.planner_policy().max_preemptions_before_on_demand:
+                continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
+            offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
+            inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
+                if offer is not None else None
+            if inp is None:
+                continue
+            d = decide(inp)
+            out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")
+    return out
+
+
 def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     if ctx.planner_policy().strategy != "gpusched":
         return  # the simulator's baselines do not steer
     offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
     avoided = ctx.offers.avoided(now)
-    window_h = max(ctx.settings.tick_seconds, (now - ctx.last_tick_at).total_seconds() if ctx.last_tick_at else 0) / 3600
+    window_h = _window_h(ctx, now)
     with ctx.store.session() as s:
         rows = s.execute(
             select(JobRow, AttemptRow, InstanceRow)
@@ -88,34 +160,11 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             offer = offers.get(f"{inst.provider}/{inst.region}/{inst.zone}/{inst.instance_type}")
             if offer is None or offer.spot is None or offer.on_demand is None:
                 continue
-            est = perf.estimate(spec, inst.gpu, inst.gpu_count, offer.vcpus, epochs_done=0)
-            if not est.epoch_hours or spec.train is None:
-                continue
             on_spot = inst.capacity == Capacity.spot.value
-            market = offer.spot_stock is not Stock.sold_out and f"{offer.key}|spot" not in avoided
-            watch = ctx.spot_watch.get(job.id)
-            if watch is None:
-                watch = ctx.spot_watch[job.id] = SpotWatch(since=now, last=now, available=market)
-            watch.update(now, market)
-            price_k = float(ctx.settings.fx.convert(offer.on_demand.per_hour, "CNY").amount
-                            / ctx.settings.fx.convert(offer.spot.per_hour, "CNY").amount)
-            policy = ctx.planner_policy()
-            inp = RuleInput(
-                state=SpotState.spot if on_spot else SpotState.on_demand,
-                compute_h=spec.train.epochs * est.epoch_hours,
-                progress_h=job.epochs_done * est.epoch_hours,
-                elapsed_h=max(0.0, (now - utc(job.submitted_at)).total_seconds() / 3600),
-                remaining_h=(utc(job.deadline_at) - now).total_seconds() / 3600,
-                changeover_h=policy.boot_hours + policy.restart_hours + est.epoch_hours / 2,
-                spot_available=True if on_spot else market,
-                price_ratio_k=price_k,
-                tick_h=window_h,
-                observed_h=(now - watch.since).total_seconds() / 3600,
-                spot_seen_h=min(watch.seen_h, (now - watch.since).total_seconds() / 3600),
-                spot_spells=watch.spells,
-                outage_h=0.0 if market else watch.run_h,
-                spell_h=watch.run_h if market else 0.0,
-            )
+            inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
+                              avoided, window_h, now)
+            if inp is None:
+                continue
             decision = decide(inp)
             target = decision.target
             if target is SpotState.idle:
