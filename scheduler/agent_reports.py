@@ -15,7 +15,6 @@ from scheduler.perf_learning import learn_from_progress
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
-    InstanceRowState,
     JobState,
     move,
 )
@@ -25,7 +24,7 @@ from scheduler.transitions import current_attempt, make_idle, set_job
 
 log = structlog.get_logger("gpusched.tick")
 
-A, I, J = AttemptState, InstanceRowState, JobState
+A, J = AttemptState, JobState
 
 
 # --- reports from the on-instance agent ---------------------------------------------

@@ -300,18 +300,18 @@ def _roll_over_months(session: Session, now: datetime) -> None:
     session.flush()
 
 
+# What an interval says about who used which machine; carried into continuations and cost lines.
+_ATTRIBUTION = ("instance_id", "job_id", "team", "project", "kind", "provider", "region", "gpu",
+                "instance_type", "capacity")
+
+
+def _attribution(interval: UsageIntervalRow) -> dict:
+    return {name: getattr(interval, name) for name in _ATTRIBUTION}
+
+
 def _continuation(interval: UsageIntervalRow, at: datetime) -> UsageIntervalRow:
     return UsageIntervalRow(
-        instance_id=interval.instance_id,
-        job_id=interval.job_id,
-        team=interval.team,
-        project=interval.project,
-        kind=interval.kind,
-        provider=interval.provider,
-        region=interval.region,
-        gpu=interval.gpu,
-        instance_type=interval.instance_type,
-        capacity=interval.capacity,
+        **_attribution(interval),
         start=at,
         end=None,
         accounted=False,
@@ -323,16 +323,7 @@ def _cost_fields(interval: UsageIntervalRow, instance: InstanceRow, piece: Price
     return dict(
         usage_interval_id=interval.id,
         month=piece.month,
-        instance_id=interval.instance_id,
-        job_id=interval.job_id,
-        team=interval.team,
-        project=interval.project,
-        kind=interval.kind,
-        provider=interval.provider,
-        region=interval.region,
-        gpu=interval.gpu,
-        instance_type=interval.instance_type,
-        capacity=interval.capacity,
+        **_attribution(interval),
         start=piece.start,
         end=piece.end,
         hours=piece.hours,

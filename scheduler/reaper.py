@@ -23,9 +23,7 @@ from scheduler import ledger
 from scheduler.clock import utc
 from scheduler.models import Capacity
 from scheduler.states import (
-    AttemptState,
     InstanceRowState,
-    JobState,
 )
 from scheduler.store import add_event
 from scheduler.tables import InstanceRow
@@ -34,7 +32,7 @@ from scheduler.transitions import set_instance
 
 log = structlog.get_logger("gpusched.tick")
 
-A, I, J = AttemptState, InstanceRowState, JobState
+I = InstanceRowState
 
 
 # --- the idle reaper -----------------------------------------------------------------
