@@ -18,6 +18,7 @@ always give the same ids, boot times, reclaims, stock-outs and prices.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import random
 import threading
@@ -147,7 +148,12 @@ class SandboxCloud:
                     self._sold_out[(key, cap)] = None
 
         self._machines: dict[str, _Machine] = {}
-        self._order: list[str] = []  # ids in launch order, for stable paging
+        self._order: list[str] = []  # every id ever, in launch order
+        # Ids a listing may still show (forgotten ones pruned), in launch order. Listings and
+        # the event scan walk this, not the month's every machine; page tokens are launch
+        # numbers, so pruning between two pages does not shift them.
+        self._listed: list[str] = []
+        self._seq: dict[str, int] = {}
         self._by_token: dict[str, str] = {}
         self._faults: dict[str, deque[ProviderError]] = {op: deque() for op in OPERATIONS}
         self._lose_next_launch = False
@@ -247,6 +253,8 @@ class SandboxCloud:
             self._boot_up(machine, now)
             self._machines[instance_id] = machine
             self._order.append(instance_id)
+            self._listed.append(instance_id)
+            self._seq[instance_id] = self._counter
             self._by_token[token] = instance_id
             snapshot = self._snapshot(machine, now)
             if self._lose_next_launch:
@@ -269,16 +277,19 @@ class SandboxCloud:
             self._maybe_fail("instances")
             now = self._clock.now()
             try:
-                start = int(page_token) if page_token else 0
+                start_seq = int(page_token) if page_token else 0
             except ValueError:
                 raise InvalidRequest(f"bad page token {page_token!r}", code="InvalidNextToken") from None
+            if not page_token:
+                self._prune(now)
+            start = bisect.bisect_left(self._listed, start_seq, key=self._seq.__getitem__)
             wanted_regions = None if regions is None else set(regions)
             wanted_tags = dict(tags or {})
             page: list[SandboxInstance] = []
-            for pos in range(start, len(self._order)):
+            for pos in range(start, len(self._listed)):
                 if page_size is not None and len(page) >= page_size:
-                    return page, str(pos)
-                machine = self._machines[self._order[pos]]
+                    return page, str(self._seq[self._listed[pos]])
+                machine = self._machines[self._listed[pos]]
                 if now - machine.launched_at < self._list_delay:
                     continue
                 if wanted_regions is not None and machine.offer.region not in wanted_regions:
@@ -410,7 +421,9 @@ class SandboxCloud:
         """
         with self._lock:
             times = []
-            for machine in self._machines.values():
+            self._prune(now)
+            for machine_id in self._listed:  # forgotten machines have nothing left to happen
+                machine = self._machines[machine_id]
                 self._settle(machine, now)
                 if machine.next_change is not None:
                     times.append(machine.next_change[0])
@@ -556,6 +569,10 @@ class SandboxCloud:
                 self._enter(machine, self._reclaim_to, due_reclaim)
             else:
                 return
+
+    def _prune(self, now: datetime) -> None:
+        if self._forget_after is not None:
+            self._listed = [i for i in self._listed if not self._forgotten(self._machines[i], now)]
 
     def _forgotten(self, machine: _Machine, now: datetime) -> bool:
         return (

@@ -2,7 +2,8 @@
 
 Started by the cloud-init user-data (``bootstrap.py``) with four settings in
 ``/etc/gpusched/agent.env``: the API address, the job, the attempt and a
-job-scoped token. It fetches the job, runs the YOLOv9 command from ``yolo.py``,
+job-scoped token (a node of a multi-node job also gets ``GPUSCHED_NODE_RANK`` and
+``GPUSCHED_NODES``; only rank 0 reports). It fetches the job, runs the YOLOv9 command from ``yolo.py``,
 watches ``results.csv`` (one row per finished epoch) and reports every new epoch
 as the job's resume point, then reports the exit. It never sees the API token or
 a cloud credential; data and checkpoints are read and written with the machine's
@@ -38,6 +39,8 @@ class AgentConfig:
     gpu: str = "A10"
     gpu_count: int = 1
     poll_seconds: float = 30.0
+    node_rank: int = 0  # this machine's place in a multi-node job; rank 0 speaks for the gang
+    nodes: int = 1
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -50,7 +53,9 @@ class AgentConfig:
                    attempt=int(env["GPUSCHED_AGENT_ATTEMPT"]), token=env["GPUSCHED_AGENT_TOKEN"],
                    workdir=env.get("GPUSCHED_AGENT_WORKDIR", cls.workdir),
                    gpu=env.get("GPUSCHED_AGENT_GPU", cls.gpu),
-                   gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)))
+                   gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)),
+                   node_rank=int(env.get("GPUSCHED_NODE_RANK", cls.node_rank)),
+                   nodes=int(env.get("GPUSCHED_NODES", cls.nodes)))
 
 
 # Object-store CLIs that read credentials from the instance role (no keys on the machine).
@@ -111,9 +116,12 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
     proc = launch(command_for(spec, cfg, resume))
     results = Path(yolo.run_dir(cfg.workdir, "train", spec.name)) / "results.csv"
     reported = int(body.get("epochs_done") or 0)
+    # In a multi-node job only rank 0 writes results.csv and last.pt and reports for the gang:
+    # another rank's exit would otherwise end the attempt for every node.
+    speaks = cfg.node_rank == 0
     while True:
         done = proc.poll() is not None
-        if spec.kind is Kind.train and results.exists():
+        if speaks and spec.kind is Kind.train and results.exists():
             rows = yolo.parse_results_csv(results.read_text())
             epochs = max((r.epoch + 1 for r in rows), default=0)  # YOLOv9 numbers epochs from 0
             if epochs > reported and remote_ckpt and Path(local_ckpt).exists():
@@ -125,6 +133,7 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
             break
         clock.sleep(cfg.poll_seconds)
     ok = proc.returncode == 0
-    http.post(f"{cfg.api}/v1/agent/finished", headers=auth,
-              json={"ok": ok, "message": "" if ok else f"exit status {proc.returncode}"}).raise_for_status()
+    if speaks:
+        http.post(f"{cfg.api}/v1/agent/finished", headers=auth,
+                  json={"ok": ok, "message": "" if ok else f"exit status {proc.returncode}"}).raise_for_status()
     return ok

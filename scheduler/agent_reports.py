@@ -20,7 +20,7 @@ from scheduler.states import (
 )
 from scheduler.store import add_event
 from scheduler.tables import InstanceRow, JobRow
-from scheduler.transitions import current_attempt, make_idle, set_job
+from scheduler.transitions import current_attempt, make_idle, release_nodes, set_job
 
 log = structlog.get_logger("gpusched.tick")
 
@@ -65,3 +65,4 @@ def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: dat
         row = s.get(InstanceRow, attempt.instance_id)
         if row is not None and row.job_id == job.id:
             make_idle(s, row, now)
+    release_nodes(s, job, attempt, now)  # the rest of a multi-node gang (rank 0 reports for all)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Literal
 
 import structlog
 from sqlalchemy import select
@@ -29,6 +30,7 @@ from providers.base import (
     TAG_JOB,
     TAG_MANAGED,
     TAG_TEAM,
+    InstanceRef,
     InstanceRequest,
     InstanceState,
     InvalidRequest,
@@ -37,13 +39,12 @@ from providers.base import (
     QuotaExceeded,
 )
 from providers.retry import call_with_retry
-from scheduler import ledger
+from scheduler import gang, ledger
 from scheduler.agent_reports import report_finished, report_progress
 from scheduler.bootstrap import user_data_for
 from scheduler.clock import utc
 from scheduler.models import Capacity, JobSpec, Offer
 from scheduler.money import Money
-from scheduler.perf_learning import measured_rates
 from scheduler.planner import Decision, FleetSlot, PlanJob, TeamBudget, plan
 from scheduler.reaper import reap_idle
 from scheduler.reconcile import reconcile
@@ -64,12 +65,16 @@ from scheduler.transitions import (
     current_attempt,
     make_idle,
     open_billing,
+    release_nodes,
     set_instance,
     set_job,
     start_job_on,
 )
 
 log = structlog.get_logger("gpusched.tick")
+
+# What one launch call came to; a gang stops launching at the first node that did not launch.
+Outcome = Literal["launched", "refused", "uncertain", "skipped"]
 
 A, I, J = AttemptState, InstanceRowState, JobState
 
@@ -115,19 +120,23 @@ def tick(ctx: TickContext) -> TickReport:
 def release_cancelled(ctx: TickContext, now: datetime) -> None:
     """An instance busy with a job that ended (cancelled, failed) becomes idle and reusable."""
     with ctx.store.session() as s:
-        busy = s.scalars(
-            select(InstanceRow).where(
-                InstanceRow.job_id.is_not(None), InstanceRow.state.in_([x.value for x in INSTANCE_LIVE])
+        # Only rows whose job is gone or ended: asking for every busy row and its job each
+        # tick loaded (and JSON-decoded) the whole running fleet's jobs for nothing.
+        ended = s.scalars(
+            select(InstanceRow)
+            .outerjoin(JobRow, JobRow.id == InstanceRow.job_id)
+            .where(
+                InstanceRow.job_id.is_not(None),
+                InstanceRow.state.in_([x.value for x in INSTANCE_LIVE]),
+                JobRow.id.is_(None) | JobRow.state.in_([x.value for x in JOB_TERMINAL]),
             )
         ).all()
-        for row in busy:
-            job = s.get(JobRow, row.job_id)
-            if job is None or J(job.state) in JOB_TERMINAL:
-                attempt = current_attempt(s, row.job_id) if row.job_id else None
-                if attempt is not None and A(attempt.state) in (A.launching, A.running):
-                    attempt.state = move(ATTEMPT_MOVES, A(attempt.state), A.cancelled, "attempt")
-                    attempt.ended_at = now
-                make_idle(s, row, now)
+        for row in ended:
+            attempt = current_attempt(s, row.job_id) if row.job_id else None
+            if attempt is not None and A(attempt.state) in (A.launching, A.running):
+                attempt.state = move(ATTEMPT_MOVES, A(attempt.state), A.cancelled, "attempt")
+                attempt.ended_at = now
+            make_idle(s, row, now)
 
 
 # --- write-ahead launches whose outcome is unknown ---------------------------------
@@ -173,7 +182,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         jobs = [
             PlanJob(
                 id=j.id,
-                spec=_with_override(ctx, j.id, JobSpec.model_validate(j.spec_json)),
+                spec=_with_override(ctx, j.id, ctx.spec_of(j.id, j.spec_json)),
                 submitted_at=utc(j.submitted_at),
                 deadline_at=utc(j.deadline_at) if j.deadline_at else None,
                 epochs_done=j.epochs_done,
@@ -184,7 +193,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
             for j in queued
         ]
         fleet = _fleet(ctx, s, now)
-        measured = measured_rates(s)  # observed epoch times replace the priors where we have them
+        measured = ctx.rates.get(s)  # observed epoch times replace the priors where we have them
         budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
@@ -368,50 +377,61 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
         price = offer.price(launch_cap)
         od = offer.on_demand or price
         assert price is not None and od is not None
-        row = InstanceRow(
-            id=new_id("inst", ctx.ids),
-            provider=offer.provider,
-            region=offer.region,
-            zone=offer.zone,
-            instance_type=offer.instance_type,
-            gpu=offer.gpu,
-            gpu_count=offer.gpu_count,
-            capacity=launch_cap.value,
-            reserved=reserved,
-            client_token=attempt.client_token,
-            state=I.requested.value,
-            job_id=job.id,
-            team=job.team,
-            project=job.project,
-            price_amount=Decimal(0) if reserved else price.per_hour.amount,
-            price_currency=price.per_hour.currency,
-            on_demand_amount=od.per_hour.amount,
-            idle_stop_minutes=spec.policy.idle_stop_minutes
-            if spec.policy.idle_stop_minutes is not None
-            else ctx.settings.idle_stop_minutes,
-            created_at=now,
-        )
-        s.add(row)
+        # One intent per node, all in this offer (one zone): a gang is launched whole or not at all.
+        # Node 0 carries the attempt's token, so a single-node job writes exactly what it always did.
+        rows = [
+            InstanceRow(
+                id=new_id("inst", ctx.ids),
+                provider=offer.provider,
+                region=offer.region,
+                zone=offer.zone,
+                instance_type=offer.instance_type,
+                gpu=offer.gpu,
+                gpu_count=offer.gpu_count,
+                capacity=launch_cap.value,
+                reserved=reserved,
+                client_token=gang.node_token(job.id, job.attempt, node),
+                state=I.requested.value,
+                job_id=job.id,
+                team=job.team,
+                project=job.project,
+                price_amount=Decimal(0) if reserved else price.per_hour.amount,
+                price_currency=price.per_hour.currency,
+                on_demand_amount=od.per_hour.amount,
+                idle_stop_minutes=spec.policy.idle_stop_minutes
+                if spec.policy.idle_stop_minutes is not None
+                else ctx.settings.idle_stop_minutes,
+                created_at=now,
+            )
+            for node in range(spec.resources.nodes)
+        ]
+        assert rows[0].client_token == attempt.client_token
+        s.add_all(rows)
         s.flush()
-        attempt.instance_id = row.id
+        attempt.instance_id = rows[0].id  # node 0: rank 0, the node that reports progress
         set_job(job, J.provisioning, now)
-        add_event(s, now, "launch_intent", f"{launch_cap.value}{' (reserved)' if reserved else ''} "
-                  f"{offer.key} token {attempt.client_token}", job_id=job.id, instance_id=row.id)
-        row_id = row.id
+        for row in rows:
+            add_event(s, now, "launch_intent", f"{launch_cap.value}{' (reserved)' if reserved else ''} "
+                      f"{offer.key} token {row.client_token}", job_id=job.id, instance_id=row.id)
+        row_ids = [row.id for row in rows]
     ctx.crashpoint("after_intent")
-    _launch(ctx, now, row_id, report)
+    for row_id in row_ids:
+        if _launch(ctx, now, row_id, report) != "launched":
+            break  # refused: the gang was given up; uncertain: the next tick re-issues the rest
 
 
-def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow) -> str:
+def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow, node: int = 0) -> str:
     """Bootstrap for the on-instance agent. Issued as of the attempt's creation, so a
     re-issued launch sends byte-identical parameters (clouds reject a reused client
-    token with different ones). Without an API token (demo, tests) there is no agent API."""
+    token with different ones). Without an API token (demo, tests) there is no agent API.
+    Each node of a gang learns its rank and the node count."""
     token = ctx.settings.api_token
     if token is None:
         return ""
     return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), job.id,
                          attempt.number, utc(attempt.created_at), attempt.est_hours or 1.0,
-                         resume_from=job.checkpoint_uri if attempt.start_epoch else None)
+                         resume_from=job.checkpoint_uri if attempt.start_epoch else None,
+                         node_rank=node, nodes=gang.nodes_of(job))
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
@@ -421,7 +441,7 @@ def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
     return None
 
 
-def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) -> None:
+def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) -> Outcome:
     """Call the cloud for a committed intent; record the outcome."""
     with ctx.store.session() as s:
         row = s.get(InstanceRow, row_id)
@@ -430,7 +450,8 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
         attempt = current_attempt(s, row.job_id) if row.job_id else None
         offer = _find_offer(ctx, now, f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}")
         if offer is None or job is None or attempt is None:
-            return
+            return "skipped"
+        node = gang.node_of(row.client_token)
         request = InstanceRequest(
             offer=offer,
             capacity=Capacity(row.capacity),
@@ -442,8 +463,8 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
                 TAG_ATTEMPT: str(attempt.number),
                 TAG_TEAM: job.team,
             },
-            name=f"gpusched-{job.name}-a{attempt.number}"[:63],
-            user_data=_user_data(ctx, job, attempt),
+            name=f"gpusched-{job.name}-a{attempt.number}{f'-n{node}' if node else ''}"[:63],
+            user_data=_user_data(ctx, job, attempt, node),
         )
     provider = ctx.providers[row.provider]
     try:
@@ -468,12 +489,16 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
                          f"{type(exc).__name__} ({exc.code or exc.message}); trying the next offer")
             add_event(s, now, "launch_refused", f"{type(exc).__name__}: {exc.message}",
                       job_id=job.id, instance_id=row_id)
-        return
+            # All or none: the gang's other nodes are let go in this same transaction (idle,
+            # so even a crash right after leaves them to the reaper), then terminated below.
+            released = [(r.id, r.cloud_id) for r in release_nodes(s, job, attempt, now)]
+        _terminate_released(ctx, now, row.provider, row.region, released, report)
+        return "refused"
     except ProviderError as exc:
         # Outcome unknown (throttled, unreachable): keep the intent; the next tick re-issues it.
         log.warning("launch_uncertain", instance=row_id, **exc.log_fields())
         report.errors.append(f"launch {row_id}: {exc.message}")
-        return
+        return "uncertain"
     ctx.crashpoint("after_launch")
     with ctx.store.session() as s:
         row = s.get(InstanceRow, row_id)
@@ -491,3 +516,35 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
     report.launched += 1
     log.info("launched", instance=row_id, cloud_id=inst.ref.instance_id, provider=row.provider,
              type=row.instance_type, capacity=row.capacity)
+    return "launched"
+
+
+def _terminate_released(ctx: TickContext, now: datetime, provider_name: str, region: str,
+                        released: list[tuple[str, str | None]], report: TickReport) -> None:
+    """Terminate the nodes of a gang that could not be launched whole.
+
+    The rows are already idle. One whose launch never got an answer (no cloud id yet) stays
+    so: found by its tags it is an idle machine the reaper stops, and otherwise the
+    write-ahead sweep drops it. A failed terminate leaves the node idle for the reaper too.
+    The row turns ``terminated`` only when reconcile sees the cloud confirm it.
+    """
+    provider = ctx.providers[provider_name]
+    for row_id, cloud_id in released:
+        if cloud_id is None:
+            continue
+        ref = InstanceRef(provider=provider_name, region=region, instance_id=cloud_id)
+        try:
+            call_with_retry(lambda ref=ref: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+        except ProviderError as exc:
+            log.warning("gang_release_failed", instance=row_id, **exc.log_fields())
+            report.errors.append(f"gang release {row_id}: {exc.message}")
+            continue
+        with ctx.store.session() as s:
+            row = s.get(InstanceRow, row_id)
+            if row is None or row.job_id is not None or I(row.state) not in (I.pending, I.running, I.requested):
+                continue  # taken or gone meanwhile
+            ledger.close_interval(s, row.id, now)
+            set_instance(row, I.terminating)
+            row.reason = "released: another node of its gang could not be launched"
+            add_event(s, now, "gang_released", row.reason, instance_id=row.id)
+        log.info("gang_node_terminated", instance=row_id, cloud_id=cloud_id)

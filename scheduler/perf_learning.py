@@ -30,7 +30,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Literal
@@ -241,6 +241,23 @@ def measured_rates(
     return {key: l.rate_img_s for key, l in learned.items() if l.rate_img_s is not None}
 
 
+@dataclass
+class RatesMemo:
+    """``measured_rates`` for the tick, read again only when a sample was added.
+
+    Samples are only ever appended, so the newest id says whether anything changed;
+    re-ranking a month of samples on every plan would grow with the month."""
+
+    newest: int | None = None
+    rates: dict[Key, float] = field(default_factory=dict)
+
+    def get(self, session: Session) -> dict[Key, float]:
+        newest = session.scalar(select(func.max(PerfSampleRow.id)))
+        if newest != self.newest:
+            self.rates, self.newest = measured_rates(session), newest
+        return self.rates
+
+
 def learn(
     session: Session,
     *,
@@ -349,6 +366,7 @@ def _display_order(key: Key) -> tuple[int, str, int, str, int]:
 __all__ = [
     "Learned",
     "PerfRow",
+    "RatesMemo",
     "catalog_vcpus",
     "learn",
     "learn_from_progress",

@@ -12,8 +12,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from providers.base import (
     TAG_INSTANCE,
@@ -42,6 +43,7 @@ from scheduler.tickctx import TickContext, TickReport, backoff_rng
 from scheduler.transitions import (
     current_attempt,
     open_billing,
+    release_nodes,
     set_instance,
     set_job,
     start_job_on,
@@ -83,6 +85,7 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
                     _reconcile_missing(ctx, s, row, now, grace, report)
                 else:
                     _reconcile_seen(ctx, s, row, cloud, now, report)
+            _mark_seen(s, [r for r in rows if r.id in by_row], now)
             strangers = [k for k in by_row if k not in owned]
             # Rows we already count as terminated, for the few cloud instances no live row owns
             # (asked only about those: the table of terminated rows grows all month).
@@ -107,7 +110,6 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
 def _reconcile_seen(
     ctx: TickContext, s: Session, row: InstanceRow, cloud: Instance, now: datetime, report: TickReport
 ) -> None:
-    row.last_seen_at = now
     if row.cloud_id is None:
         row.cloud_id = cloud.ref.instance_id
         add_event(s, now, "instance_found", f"found {cloud.ref.instance_id} by its tags", instance_id=row.id)
@@ -140,6 +142,19 @@ def _reconcile_seen(
         ledger.close_interval(s, row.id, now)
         if row.job_id:
             _instance_lost(ctx, s, row, now, reason="the cloud stopped it", preempted=True, report=report)
+
+
+def _mark_seen(s: Session, rows: list[InstanceRow], now: datetime) -> None:
+    """One UPDATE for every row the cloud listed, not one versioned UPDATE per row: with a
+    hundred machines that is most of a steady tick's writes. ``last_seen_at`` is advisory
+    (how long a row may go unseen before its machine counts as vanished), so it does not
+    bump the row version that guards state changes."""
+    if not rows:
+        return
+    s.execute(update(InstanceRow).where(InstanceRow.id.in_([r.id for r in rows])).values(last_seen_at=now),
+              execution_options={"synchronize_session": False})
+    for row in rows:
+        set_committed_value(row, "last_seen_at", now)
 
 
 def _reconcile_missing(
@@ -181,6 +196,11 @@ def _instance_lost(
     attempt.ended_at = now
     attempt.end_epoch = job.epochs_done
     attempt.reason = reason
+    # A gang runs only whole: its other nodes are let go (idle, then reaped), not reused for the
+    # next attempt, which launches a fresh gang (fleet slots are single machines).
+    for other in release_nodes(s, job, attempt, now):
+        add_event(s, now, "gang_released", f"node {row.id} of its gang was lost: {reason}",
+                  instance_id=other.id, job_id=job.id)
     job.preemptions += 1
     report.preempted += 1
     spec = JobSpec.model_validate(job.spec_json)

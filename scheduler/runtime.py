@@ -33,7 +33,9 @@ def build_sandbox(settings: Settings, clock: Clock) -> tuple[dict[str, Provider]
     clouds: dict[str, SandboxCloud] = {}
     for i, name in enumerate(settings.providers):
         offers = filter_offers(catalog, providers=[name])
-        cloud = SandboxCloud(clock, offers, seed=settings.sandbox_seed * 101 + i)
+        # Terminated machines leave listings after an hour, as on AWS: a month of simulated
+        # work would otherwise make every listing walk every machine ever launched.
+        cloud = SandboxCloud(clock, offers, seed=settings.sandbox_seed * 101 + i, forget_terminated_seconds=3600)
         clouds[name] = cloud
         providers[name] = SandboxProvider(cloud, name=name, capabilities=capabilities_like(name))
     return providers, clouds

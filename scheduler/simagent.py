@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
-from scheduler import perf
+from scheduler import gang, perf
 from scheduler.agent_reports import report_finished, report_progress
 from scheduler.clock import utc
 from scheduler.models import JobSpec, Kind
@@ -92,6 +93,11 @@ class SimAgents:
                 if self.ended_at is not None:
                     ended = self.ended_at(inst.provider, inst.cloud_id)
                     until = min(now, ended) if ended is not None else now
+                if gang.nodes_of(job) > 1:
+                    gang_until = self._gang_until(s, job, attempt, until, alive)
+                    if gang_until is None:
+                        continue
+                    until = gang_until
                 spec, est = self._estimate(job, inst, attempt.start_epoch)
                 factor = self.true_factor(job.id, inst.gpu)
                 started = utc(attempt.started_at)
@@ -117,6 +123,20 @@ class SimAgents:
                         report_finished(s, job.id, attempt.number, True, now)
                         finished += 1
         return finished
+
+    def _gang_until(self, s: Session, job: JobRow, attempt: AttemptRow, until: datetime,
+                    alive: set[str] | None) -> datetime | None:
+        """How far a multi-node attempt got: training stops when its first node stops (None: a node is down).
+
+        The attempt (one row, whatever the node count) carries the progress, so the job finishes once."""
+        for node in gang.gang_rows(s, job, attempt):
+            if node.cloud_id is None or (alive is not None and node.id not in alive):
+                return None
+            if self.ended_at is not None:
+                ended = self.ended_at(node.provider, node.cloud_id)
+                if ended is not None:
+                    until = min(until, ended)
+        return until
 
     def next_event_after(self, now: datetime) -> datetime | None:
         """The earliest moment a job running at the last ``step`` finishes."""

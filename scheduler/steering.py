@@ -151,7 +151,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         ).all()
         moves = []
         for job, attempt, inst in rows:
-            spec = JobSpec.model_validate(job.spec_json)
+            spec = ctx.spec_of(job.id, job.spec_json)
             if spec.policy.capacity != "auto" or spec.resources.nodes > 1:
                 continue
             moved = ctx.capacity_moved.get(job.id)

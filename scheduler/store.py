@@ -8,14 +8,9 @@ SQLite is set up for crash safety, not speed: WAL journal, ``synchronous=FULL``
 timeout, and every write transaction opens with ``BEGIN IMMEDIATE`` so two
 writers queue at the start instead of failing halfway with "database is locked".
 
-Times. The tables declare ``DateTime(timezone=True)``, but SQLite keeps no
-offset: it stores the wall-clock digits and returns naive datetimes. So this
-module converts every datetime written through an ORM flush to UTC, and gives
-every row loaded through the ORM aware UTC datetimes back (PostgreSQL rows too,
-whatever the server's time zone). Two things it cannot reach: datetimes used as
-*query parameters* (``where(Row.start < t)``) and columns selected one by one
-(``select(Row.start)``). Pass UTC in the first and wrap the second in
-``scheduler.clock.utc()``.
+Times. Every time column is ``tables.UtcDateTime``: values go in as UTC and come
+back aware UTC on both backends (PostgreSQL sessions are also set to UTC), whether
+loaded as rows, selected column by column or used as query parameters.
 """
 
 from __future__ import annotations
@@ -26,8 +21,7 @@ import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from functools import cache
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +29,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import DateTime, Engine, create_engine, event, inspect, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-from sqlalchemy.orm import Mapper, Session, sessionmaker
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from scheduler.clock import utc
 from scheduler.errors import SettingsError
-from scheduler.tables import Base, EventRow
+from scheduler.tables import EventRow
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 MIGRATE_LOCK = "gpusched:migrate"
@@ -74,7 +67,6 @@ class Store:
         if self.is_postgres:
             event.listen(self.engine, "connect", _postgres_session_utc)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        event.listen(self._sessions, "before_flush", _utc_before_flush)
 
     # --- engine set-up
 
@@ -234,43 +226,6 @@ def _postgres_session_utc(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("SET TIME ZONE 'UTC'")
     cursor.close()
     dbapi_connection.commit()
-
-
-# --- UTC in, UTC out (see the module docstring)
-
-
-@cache
-def _datetime_keys(mapper: Mapper[Any]) -> tuple[str, ...]:
-    return tuple(a.key for a in mapper.column_attrs if isinstance(a.columns[0].type, DateTime))
-
-
-def _utc_before_flush(session: Session, _context: Any, _instances: Any) -> None:
-    for obj in (*session.new, *session.dirty):
-        state = inspect(obj)
-        for key in _datetime_keys(state.mapper):
-            value = state.dict.get(key)
-            if isinstance(value, datetime) and value.tzinfo is not timezone.utc:
-                setattr(obj, key, utc(value))
-
-
-def _utc_after_load(target: Any, attrs: Any = None) -> None:
-    state = inspect(target)
-    for key in _datetime_keys(state.mapper):
-        if attrs is not None and key not in attrs:
-            continue
-        value = state.dict.get(key)
-        if isinstance(value, datetime) and value.tzinfo is not timezone.utc:
-            set_committed_value(target, key, utc(value))
-
-
-@event.listens_for(Base, "load", propagate=True)
-def _on_load(target: Any, _context: Any) -> None:
-    _utc_after_load(target)
-
-
-@event.listens_for(Base, "refresh", propagate=True)
-def _on_refresh(target: Any, _context: Any, attrs: Any) -> None:
-    _utc_after_load(target, attrs)
 
 
 # --- small helpers used across the scheduler

@@ -1,7 +1,7 @@
 """The store's tables (SQLAlchemy 2 declarative). Alembic migrations mirror these.
 
-Money columns are Numeric with a separate currency column; times are stored as
-UTC (SQLite returns them naive: ``clock.utc`` restores the zone).
+Money columns are Numeric with a separate currency column; times are ``UtcDateTime``:
+written as UTC and read back as aware UTC on every backend (SQLite keeps no offset).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Dialect,
     ForeignKey,
     Index,
     Integer,
@@ -23,8 +24,27 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from scheduler.clock import utc
 
 MONEY = Numeric(20, 8)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that is UTC both ways: SQLite stores the wall-clock
+    digits and returns naive values, so parameters are converted to UTC on the way in
+    (query parameters too) and results come back aware. Done per value by the type,
+    which is far cheaper than fixing every loaded row afterwards."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc(value)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc(value)
 
 
 class Base(DeclarativeBase):
@@ -43,8 +63,8 @@ class JobRow(Base):
     spec_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16), index=True)
     priority: Mapped[int] = mapped_column(Integer, default=50)
-    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    deadline_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     budget_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     budget_currency: Mapped[str | None] = mapped_column(String(3))
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
@@ -54,8 +74,8 @@ class JobRow(Base):
     checkpoint_uri: Mapped[str | None] = mapped_column(Text)
     reason: Mapped[str | None] = mapped_column(Text)  # why it waits, was refused or failed
     plan_json: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # last decision, with alternatives
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
     version: Mapped[int] = mapped_column(Integer, default=1)
 
     __mapper_args__ = {"version_id_col": version}
@@ -81,9 +101,9 @@ class AttemptRow(Base):
     est_hours: Mapped[float | None] = mapped_column()
     est_cost_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     est_cost_currency: Mapped[str | None] = mapped_column(String(3))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     reason: Mapped[str | None] = mapped_column(Text)
 
 
@@ -109,13 +129,13 @@ class InstanceRow(Base):
     price_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour, at launch; 0 for reserved
     price_currency: Mapped[str] = mapped_column(String(3))
     on_demand_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour, same currency, for savings
-    idle_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    idle_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
     idle_stop_minutes: Mapped[int] = mapped_column(Integer, default=10)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    running_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    terminated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    running_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    stopped_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    terminated_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     preempted: Mapped[bool] = mapped_column(Boolean, default=False)
     reason: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -139,8 +159,8 @@ class UsageIntervalRow(Base):
     gpu: Mapped[str] = mapped_column(String(16))
     instance_type: Mapped[str] = mapped_column(String(64))
     capacity: Mapped[str] = mapped_column(String(16))
-    start: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    end: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # None = still open
+    start: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    end: Mapped[datetime | None] = mapped_column(UtcDateTime())  # None = still open
     accounted: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -162,8 +182,8 @@ class CostRecordRow(Base):
     gpu: Mapped[str] = mapped_column(String(16))
     instance_type: Mapped[str] = mapped_column(String(64))
     capacity: Mapped[str] = mapped_column(String(16))
-    start: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    start: Mapped[datetime] = mapped_column(UtcDateTime())
+    end: Mapped[datetime] = mapped_column(UtcDateTime())
     hours: Mapped[Decimal] = mapped_column(MONEY)
     amount: Mapped[Decimal] = mapped_column(MONEY)
     on_demand_amount: Mapped[Decimal] = mapped_column(MONEY)  # the same hours at on-demand price
@@ -177,7 +197,7 @@ class IdleStopRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     action: Mapped[str] = mapped_column(String(16))  # stopped | terminated
     team: Mapped[str] = mapped_column(String(63))
     project: Mapped[str | None] = mapped_column(String(63))
@@ -194,7 +214,7 @@ class EventRow(Base):
     __tablename__ = "events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     job_id: Mapped[str | None] = mapped_column(String(40), index=True)
     instance_id: Mapped[str | None] = mapped_column(String(40), index=True)
     kind: Mapped[str] = mapped_column(String(32))
@@ -213,7 +233,7 @@ class PerfSampleRow(Base):
     __table_args__ = (Index("ix_perf_samples_key", "model", "gpu", "img_size", "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
     job_id: Mapped[str] = mapped_column(String(40), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     model: Mapped[str] = mapped_column(String(16))

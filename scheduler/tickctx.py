@@ -13,7 +13,9 @@ from providers.base import (
     Provider,
 )
 from scheduler.clock import Clock
+from scheduler.models import JobSpec
 from scheduler.offerbook import OfferBook
+from scheduler.perf_learning import RatesMemo
 from scheduler.planner import PlannerPolicy
 from scheduler.settings import Settings
 from scheduler.store import Store
@@ -33,6 +35,7 @@ class TickContext:
     clock: Clock
     settings: Settings
     offers: OfferBook = field(default_factory=OfferBook)
+    rates: RatesMemo = field(default_factory=RatesMemo)  # learned training rates, refreshed on new samples
     policy: PlannerPolicy | None = None
     # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
     crashpoint: Callable[[str], None] = lambda name: None
@@ -46,6 +49,18 @@ class TickContext:
     resume_after_preemption: bool = True
     # Repeatable instance ids for simulations; None in the daemon.
     ids: random.Random | None = None
+
+    # Parsed job specs by job id: a spec never changes after submission, and validating it
+    # again for every running job on every tick was a good part of a busy tick.
+    specs: dict[str, JobSpec] = field(default_factory=dict)
+
+    def spec_of(self, job_id: str, spec_json: dict) -> JobSpec:
+        spec = self.specs.get(job_id)
+        if spec is None:
+            if len(self.specs) >= 20_000:
+                self.specs.clear()  # bounded: a long-lived daemon sees jobs come and go
+            spec = self.specs[job_id] = JobSpec.model_validate(spec_json)
+        return spec
 
     def planner_policy(self) -> PlannerPolicy:
         if self.policy is None:

@@ -12,7 +12,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler import ledger
+from scheduler import gang, ledger
 from scheduler.states import (
     ATTEMPT_MOVES,
     INSTANCE_MOVES,
@@ -61,6 +61,8 @@ def start_job_on(s: Session, row: InstanceRow, now: datetime) -> None:
     attempt = current_attempt(s, row.job_id)
     if job is None or attempt is None:
         return
+    if not gang.all_running(s, job, attempt):
+        return  # a multi-node job starts only once every node runs: the last one up starts it
     if J(job.state) in (J.planned, J.provisioning):
         set_job(job, J.running, now, None)
     if A(attempt.state) is A.launching:
@@ -76,3 +78,16 @@ def make_idle(s: Session, row: InstanceRow, now: datetime) -> None:
     row.idle_since = now
     if I(row.state) in (I.running, I.pending):
         ledger.open_interval(s, row, kind="idle", job_id=None, team=row.team, project=row.project, at=now)
+
+
+def release_nodes(s: Session, job: JobRow, attempt: AttemptRow, now: datetime) -> list[InstanceRow]:
+    """A multi-node attempt ended: every node still working for it becomes idle (warm, then reaped).
+
+    Single-node attempts are left to their callers, whose paths are unchanged. Returns the rows released.
+    """
+    if gang.nodes_of(job) == 1:
+        return []
+    rows = gang.attached(gang.gang_rows(s, job, attempt), job.id)
+    for row in rows:
+        make_idle(s, row, now)
+    return rows

@@ -20,6 +20,7 @@ from scheduler.gpus import GPUS
 from scheduler.models import JobSpec, Offer, Price, Stock
 from scheduler.money import Money
 from scheduler.perf_learning import (
+    RatesMemo,
     OUTLIER_FACTOR,
     catalog_vcpus,
     learn_from_progress,
@@ -293,6 +294,23 @@ def test_measured_rates_read_only_the_newest_samples(any_store: Store) -> None:
     assert newest[("yolov9-s", "A10G", 640)] == 90.0
     assert all_of_them[("yolov9-s", "A10G", 640)] == 60.0
     assert fresh[("yolov9-s", "A10G", 640)] == 90.0
+
+
+def test_rates_memo_reads_again_only_after_a_new_sample(store: Store) -> None:
+    memo = RatesMemo()
+    with store.session() as s:
+        for i in range(3):
+            add_sample(s, 60.0, T0 + timedelta(minutes=i))
+    with store.session() as s:
+        first = memo.get(s)
+        assert memo.get(s) is first  # nothing new: the same answer, not a new query of every sample
+    with store.session() as s:
+        for i in range(4):
+            add_sample(s, 90.0, T0 + timedelta(hours=1, minutes=i))
+    with store.session() as s:
+        again = memo.get(s)
+    assert first[("yolov9-s", "A10G", 640)] == 60.0
+    assert again[("yolov9-s", "A10G", 640)] == 90.0
 
 
 def test_measured_rates_can_leave_out_simulated_samples(store: Store) -> None:

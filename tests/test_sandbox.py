@@ -562,6 +562,25 @@ def test_terminated_instances_are_forgotten_after_a_while_if_configured() -> Non
     assert [i.instance_id for i in cloud.all_instances()] == [iid]
 
 
+def test_a_listing_paged_across_a_prune_skips_and_repeats_nothing() -> None:
+    # Forgotten machines are pruned when a listing starts; a listing already paging must not shift.
+    clock, cloud = make(forget_terminated_seconds=60, terminate_seconds=10)
+    ids = [launch(cloud, token=f"q-{n}").instance_id for n in range(9)]
+    for iid in ids[:3]:
+        cloud.terminate(iid)
+    first, token = cloud.instances(page_size=4)
+    clock.advance(timedelta(seconds=70))
+    assert cloud.instances()[0][0].instance_id == ids[3]  # another listing prunes ids[:3]
+    rest: list[str] = []
+    while token is not None:
+        page, token = cloud.instances(page_size=4, page_token=token)
+        rest += [i.instance_id for i in page]
+
+    assert [i.instance_id for i in first] == ids[:4]
+    assert rest == ids[4:]
+    assert cloud.next_event_after(clock.now()) is None or cloud.next_event_after(clock.now()) > clock.now()
+
+
 def test_market_key_accepts_offers_and_both_key_forms_only() -> None:
     assert market_key(T4) == market_key(T4.key) == market_key(market_key(T4)) == "cn-hangzhou/cn-hangzhou-i/ecs.gn6i-c4g1.xlarge"
     for bad in ("cn-hangzhou", "a/b", "a//c", "p/r/z/t/extra"):

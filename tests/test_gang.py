@@ -1,0 +1,268 @@
+"""Multi-node jobs on the sandbox cloud: the whole gang launches in one zone, or none of it does.
+
+Same daemon parts as test_lifecycle (the tick on a SimClock over a sandbox cloud posing as
+Alibaba, simulated agents); the checks are on what the cloud and the store end up holding.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from providers.base import (
+    TAG_ATTEMPT,
+    TAG_INSTANCE,
+    TAG_JOB,
+    InstanceRequest,
+    InstanceState,
+    ProviderUnavailable,
+)
+from providers.sandbox import SandboxProvider, capabilities_like
+from scheduler import agent_token, service, yolo
+from scheduler.agent import AgentConfig, run_agent
+from scheduler.api import create_app
+from scheduler.lifecycle import SimulatedCrash
+from scheduler.settings import Settings
+from scheduler.states import InstanceRowState, JobState
+from scheduler.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from tests.test_lifecycle import World, job_spec
+
+RUNNING, SUCCEEDED = JobState.running.value, JobState.succeeded.value
+
+
+def gang_spec(nodes: int = 2, **policy):
+    spec = job_spec(**policy)
+    return spec.model_copy(update={"resources": spec.resources.model_copy(update={"nodes": nodes})})
+
+
+def attempt_rows(w: World, job_id: str, number: int) -> list[InstanceRow]:
+    """The instance rows written for one attempt, node 0 first (the tokens say which node)."""
+    base = f"gs-{job_id}-a{number}"
+    rows = [r for r in w.instances() if r.client_token == base or r.client_token.startswith(f"{base}-n")]
+    return sorted(rows, key=lambda r: r.client_token)
+
+
+def assert_gang_invariants(w: World, nodes: int = 2) -> None:
+    """No leak, no double launch: a node per token at most, a gang's nodes at most per attempt."""
+    live = w.live_cloud()
+    per_attempt = Counter((i.tags[TAG_JOB], i.tags[TAG_ATTEMPT]) for i in live)
+    assert all(n <= nodes for n in per_attempt.values()), f"more live instances than nodes: {per_attempt}"
+    tokens = Counter(i.client_token for i in w.cloud.all_instances())
+    assert all(n == 1 for n in tokens.values()), f"a client token launched twice: {tokens}"
+    rows = {r.id: r for r in w.instances()}
+    for inst in live:
+        row = rows.get(inst.tags[TAG_INSTANCE])
+        assert row is not None and row.state != InstanceRowState.terminated.value, \
+            f"cloud instance {inst.instance_id} has no live record: leaked"
+
+
+def settle(w: World) -> None:
+    """Run until every machine is stopped or gone (the reaper's idle time, then the cloud's delays)."""
+    w.run_until(lambda: all(r.state in ("stopped", "terminated") for r in w.instances()), limit=60)
+    assert not [i for i in w.live_cloud() if i.state not in (InstanceState.stopped,)]
+
+
+def test_two_node_job_launches_both_nodes_in_one_zone_and_costs_two_nodes(any_store, sim_clock):
+    w = World(any_store, sim_clock)  # SQLite and PostgreSQL
+    job_id = w.submit(gang_spec())
+    w.step()
+    first, second = attempt_rows(w, job_id, 1)
+    assert (first.client_token, second.client_token) == (f"gs-{job_id}-a1", f"gs-{job_id}-a1-n1")
+    assert {(r.zone, r.instance_type, r.capacity) for r in (first, second)} == {
+        (first.zone, first.instance_type, first.capacity)}
+    assert len(w.cloud.all_instances()) == 2
+    assert {i.zone for i in w.cloud.all_instances()} == {first.zone}
+    assert w.job(job_id).state == JobState.provisioning.value  # booting: not running until both are up
+
+    w.run_until(lambda: w.job(job_id).state == RUNNING)
+    [attempt] = w.attempts(job_id)
+    nodes = attempt_rows(w, job_id, 1)
+    assert all(r.state == InstanceRowState.running.value for r in nodes)
+    assert attempt.instance_id == first.id and attempt.started_at == max(r.running_at for r in nodes)
+
+    w.run_until(lambda: w.job(job_id).state == SUCCEEDED)
+    job = w.job(job_id)
+    assert job.epochs_done == 20 and job.attempt == 1
+    nodes = attempt_rows(w, job_id, 1)
+    assert all(r.job_id is None and r.idle_since == job.finished_at for r in nodes)  # both freed at once
+
+    settle(w)
+    with any_store.session(write=False) as s:
+        busy = s.scalars(select(CostRecordRow).where(CostRecordRow.job_id == job_id,
+                                                      CostRecordRow.kind == "busy")).all()
+    by_node = {r.id: sum((c.amount for c in busy if c.instance_id == r.id), Decimal(0)) for r in nodes}
+    # Both nodes billed from the same launch to the same finish at the same price: 2 x one node.
+    assert len(by_node) == 2 and by_node[first.id] > 0 and by_node[first.id] == by_node[second.id]
+    assert sum(c.amount for c in busy) == 2 * by_node[first.id]
+    assert_gang_invariants(w)
+
+
+class LastMachineInZone(SandboxProvider):
+    """The zone has stock for one more machine only: the cloud sells out after the next launch."""
+
+    armed = True
+
+    def launch(self, request: InstanceRequest):
+        inst = super().launch(request)
+        if self.armed:
+            self.armed = False
+            self.cloud.sell_out(request.offer, request.capacity)
+        return inst
+
+
+def test_stock_out_on_the_second_node_terminates_the_first_and_relaunches_elsewhere(store, sim_clock):
+    w = World(store, sim_clock)
+    w.provider = LastMachineInZone(w.cloud, name="alibaba", capabilities=capabilities_like("alibaba"))
+    w.ctx = w.new_ctx()
+    job_id = w.submit(gang_spec(capacity="spot"))
+    w.step()
+    first = w.attempts(job_id)[0]
+    assert first.state == "launch_failed" and "sold out" in first.reason
+    node0, node1 = attempt_rows(w, job_id, 1)
+    assert node1.state == InstanceRowState.terminated.value and node1.cloud_id is None  # refused: never created
+    assert node0.state == InstanceRowState.terminating.value and node0.job_id is None
+    assert w.cloud.get(node0.cloud_id).state in (InstanceState.terminating, InstanceState.terminated)
+
+    w.run_until(lambda: w.job(job_id).state == SUCCEEDED)
+    second = w.attempts(job_id)[1]
+    assert (second.zone, second.instance_type) != (first.zone, first.instance_type)
+    assert {(r.zone, r.instance_type) for r in attempt_rows(w, job_id, 2)} == {(second.zone, second.instance_type)}
+    assert [r.state for r in attempt_rows(w, job_id, 1)] == ["terminated", "terminated"]  # confirmed by the cloud
+    assert len(w.cloud.all_instances()) == 3  # node 0 of attempt 1, then the whole second gang
+    assert_gang_invariants(w)
+
+
+def test_losing_one_node_requeues_the_job_releases_the_other_and_resumes(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(gang_spec(capacity="spot"))
+    w.run_until(lambda: w.job(job_id).epochs_done >= 5)
+    survivor, lost = attempt_rows(w, job_id, 1)  # the cloud reclaims node 1, not the rank 0 node
+    w.cloud.preempt(lost.cloud_id)
+    w.run_until(lambda: w.job(job_id).preemptions == 1, limit=5)
+    first = w.attempts(job_id)[0]
+    assert first.state == "preempted" and first.end_epoch >= 5
+    survivor, lost = attempt_rows(w, job_id, 1)
+    assert lost.state == InstanceRowState.terminated.value and lost.preempted
+    assert survivor.job_id is None and survivor.idle_since is not None  # released, warm for the reaper
+
+    w.run_until(lambda: w.job(job_id).state == SUCCEEDED)
+    second = w.attempts(job_id)[1]
+    assert second.start_epoch == first.end_epoch and w.job(job_id).epochs_done == 20
+    fresh = attempt_rows(w, job_id, 2)
+    assert len(fresh) == 2 and survivor.id not in {r.id for r in fresh}  # a gang is launched whole, anew
+    settle(w)
+    assert attempt_rows(w, job_id, 1)[0].state in ("stopped", "terminated")  # the survivor was reaped
+    assert_gang_invariants(w)
+
+
+@pytest.mark.parametrize("point", ["after_intent", "after_launch"])
+def test_crash_after_the_intents_launches_each_node_exactly_once(store, sim_clock, point):
+    w = World(store, sim_clock, list_delay_seconds=90)
+    job_id = w.submit(gang_spec())
+
+    def crash(name: str) -> None:
+        if name == point:
+            raise SimulatedCrash(name)
+
+    with pytest.raises(SimulatedCrash):
+        w.step(ctx=w.new_ctx(crashpoint=crash))
+    assert len(w.cloud.all_instances()) == (0 if point == "after_intent" else 1)
+    assert [r.state for r in attempt_rows(w, job_id, 1)] == ["requested", "requested"]  # both intents survived
+
+    w.ctx = w.new_ctx()  # the restarted daemon
+    w.run_until(lambda: w.job(job_id).state == RUNNING)
+    rows = attempt_rows(w, job_id, 1)
+    assert sorted(i.client_token for i in w.cloud.all_instances()) == [r.client_token for r in rows]
+    assert {r.cloud_id for r in rows} == {i.instance_id for i in w.cloud.all_instances()}
+    w.run_until(lambda: w.job(job_id).state == SUCCEEDED)
+    assert len(w.cloud.all_instances()) == 2
+    assert_gang_invariants(w)
+
+
+def test_an_unanswered_node_launch_is_reissued_with_its_token(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(gang_spec())
+    # Node 0: four calls fail, the fifth (the last retry) creates it and its answer is lost.
+    w.cloud.fail_next("launch", ProviderUnavailable("down", code="ServiceUnavailable"), times=4)
+    w.cloud.lose_next_launch_response()
+    w.step()
+    assert [r.state for r in attempt_rows(w, job_id, 1)] == ["requested", "requested"]  # outcome unknown
+    assert len(w.cloud.all_instances()) == 1  # the rest of the gang waits for the next tick
+    w.run_until(lambda: w.job(job_id).state == RUNNING)
+    assert len(w.cloud.all_instances()) == 2
+    assert_gang_invariants(w)
+
+
+def test_cancel_releases_every_node_for_idle_stop(store, sim_clock):
+    w = World(store, sim_clock)
+    job_id = w.submit(gang_spec())
+    w.run_until(lambda: w.job(job_id).state == RUNNING)
+    service.cancel(store, sim_clock, job_id)
+    w.step()
+    rows = attempt_rows(w, job_id, 1)
+    assert len(rows) == 2 and all(r.job_id is None and r.idle_since is not None for r in rows)
+    assert w.attempts(job_id)[-1].state == "cancelled"
+    settle(w)
+    assert_gang_invariants(w)
+
+
+def test_each_node_gets_its_rank_and_the_node_count_in_user_data(store, sim_clock):
+    w = World(store, sim_clock)
+    secret = "daemon-api-token-0123456789abcdef"
+    w.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], api_token=secret,
+                          agent_api_url="https://gpusched.example:8642")
+    w.ctx = w.new_ctx()
+    w.submit(gang_spec())
+    w.step()
+    envs = []
+    for inst in w.cloud.all_instances():
+        doc = yaml.safe_load(inst.user_data)
+        envs.append(next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"])
+    assert [("GPUSCHED_NODE_RANK=0" in e, "GPUSCHED_NODE_RANK=1" in e) for e in envs] == [(True, False), (False, True)]
+    assert all("GPUSCHED_NODES=2" in e and secret not in e for e in envs)
+    cfgs = [AgentConfig.from_env(dict(line.split("=", 1) for line in e.splitlines())) for e in envs]
+    assert [(c.node_rank, c.nodes) for c in cfgs] == [(0, 2), (1, 2)]
+
+
+def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
+    """Through the daemon's real API: rank 1 exiting ends nothing; rank 0's exit finishes the job."""
+    job = service.submit(store, sim_clock, gang_spec(), source="gang.yaml")
+    with store.session() as s:  # as the tick would: attempt 1 running on both nodes
+        row = s.get(JobRow, job.id)
+        row.state, row.attempt = "running", 1
+        s.add(AttemptRow(job_id=job.id, number=1, state="running", client_token=f"gs-{job.id}-a1",
+                         provider="alibaba", region="cn-hangzhou", zone="cn-hangzhou-h",
+                         instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot", start_epoch=0,
+                         created_at=sim_clock.now(), started_at=sim_clock.now()))
+    api_token = "agent-test-api-token-0123456789"
+    http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=api_token)))
+    token = agent_token.issue(agent_token.signing_key(api_token), job.id, 1, sim_clock.now(), timedelta(hours=2))
+
+    def run(rank: int) -> bool:
+        workdir = tmp_path / f"node{rank}"
+        results = Path(yolo.run_dir(str(workdir), "train", job.name)) / "results.csv"
+        cfg = AgentConfig(api="http://testserver", job_id=job.id, attempt=1, token=token, workdir=str(workdir),
+                          poll_seconds=0.05, node_rank=rank, nodes=2)
+        results.parent.mkdir(parents=True)
+        (results.parent / "weights").mkdir()
+        (results.parent / "weights" / "last.pt").write_text("1")
+        results.write_text("epoch,train/box_loss,metrics/precision,metrics/recall,metrics/mAP_0.5,"
+                           "metrics/mAP_0.5:0.95\n0,1.0,0.5,0.5,0.4,0.3\n")
+        return run_agent(cfg, http, launch=lambda argv: subprocess.Popen([sys.executable, "-c", "pass"]),
+                         copy=lambda src, dst: None)
+
+    assert run(1) is True
+    with store.session(write=False) as s:
+        assert s.get(JobRow, job.id).state == RUNNING and s.get(JobRow, job.id).epochs_done == 0
+    assert run(0) is True
+    with store.session(write=False) as s:
+        assert s.get(JobRow, job.id).state == SUCCEEDED and s.get(JobRow, job.id).epochs_done == 1
