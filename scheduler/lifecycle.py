@@ -193,7 +193,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
             for j in queued
         ]
         fleet = _fleet(ctx, s, now)
-        measured = ctx.rates.get(s)  # observed epoch times replace the priors where we have them
+        measured = ctx.rates.get(s, now)  # observed epoch times replace the priors where we have them
         budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)

@@ -246,12 +246,19 @@ class RatesMemo:
     """``measured_rates`` for the tick, read again only when a sample was added.
 
     Samples are only ever appended, so the newest id says whether anything changed;
-    re-ranking a month of samples on every plan would grow with the month."""
+    re-ranking a month of samples on every plan would grow with the month. With ``now``,
+    the samples are looked at no more than once per ``refresh``: a busy fleet reports an
+    epoch every few seconds, and a median of medians moves slowly."""
 
+    refresh: timedelta = timedelta(minutes=10)
     newest: int | None = None
+    checked: datetime | None = None
     rates: dict[Key, float] = field(default_factory=dict)
 
-    def get(self, session: Session) -> dict[Key, float]:
+    def get(self, session: Session, now: datetime | None = None) -> dict[Key, float]:
+        if now is not None and self.checked is not None and now - self.checked < self.refresh:
+            return self.rates
+        self.checked = now
         newest = session.scalar(select(func.max(PerfSampleRow.id)))
         if newest != self.newest:
             self.rates, self.newest = measured_rates(session), newest

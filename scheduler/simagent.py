@@ -28,6 +28,7 @@ from scheduler.models import JobSpec, Kind
 from scheduler.states import AttemptState
 from scheduler.store import Store
 from scheduler.tables import AttemptRow, InstanceRow, JobRow
+from scheduler.transitions import current_attempt
 
 # (provider name, cloud instance id) -> when it stopped running, or None while it runs.
 EndedAt = Callable[[str, str], datetime | None]
@@ -46,6 +47,7 @@ class SimAgents:
         self.ended_at = ended_at
         self._vcpus = {(name, o.instance_type): o.vcpus for name, p in providers.items() for o in p.offers()}
         self._estimates: dict[tuple[str, str, int, int], perf.Estimate] = {}
+        self._specs: dict[str, JobSpec] = {}  # a job's spec never changes once submitted
         self._finish_at: dict[tuple[str, int], datetime] = {}
 
     def true_factor(self, job_id: str, gpu: str) -> float:
@@ -54,13 +56,26 @@ class SimAgents:
         return math.exp(rng.gauss(0.0, self.spread))
 
     def _estimate(self, job: JobRow, inst: InstanceRow, start_epoch: int) -> tuple[JobSpec, perf.Estimate]:
-        spec = JobSpec.model_validate(job.spec_json)
-        key = (job.id, inst.instance_type, inst.gpu_count, start_epoch)
+        spec = self._spec(job.id, job.spec_json)
+        return spec, self._estimate_for(spec, job.id, inst.provider, inst.instance_type, inst.gpu, inst.gpu_count,
+                                        start_epoch)
+
+    def _spec(self, job_id: str, spec_json: dict | None = None, s: Session | None = None) -> JobSpec:
+        spec = self._specs.get(job_id)
+        if spec is None:
+            if spec_json is None and s is not None:
+                spec_json = s.scalar(select(JobRow.spec_json).where(JobRow.id == job_id))
+            spec = self._specs[job_id] = JobSpec.model_validate(spec_json)
+        return spec
+
+    def _estimate_for(self, spec: JobSpec, job_id: str, provider: str, instance_type: str, gpu: str,
+                      gpu_count: int, start_epoch: int) -> perf.Estimate:
+        key = (job_id, instance_type, gpu_count, start_epoch)
         if key not in self._estimates:
-            vcpus = self._vcpus.get((inst.provider, inst.instance_type), 8)
-            self._estimates[key] = perf.estimate(spec, inst.gpu, inst.gpu_count, vcpus, epochs_done=start_epoch,
+            vcpus = self._vcpus.get((provider, instance_type), 8)
+            self._estimates[key] = perf.estimate(spec, gpu, gpu_count, vcpus, epochs_done=start_epoch,
                                                  nodes=spec.resources.nodes)
-        return spec, self._estimates[key]
+        return self._estimates[key]
 
     def _alive(self) -> set[str]:
         alive: set[str] = set()
@@ -75,8 +90,12 @@ class SimAgents:
         finished = 0
         self._finish_at = {}
         with self.store.session() as s:
+            # Plain columns, not ORM rows: this runs twice a tick over every running attempt,
+            # and loading (and JSON-decoding) whole rows dominated a busy simulation.
             running = s.execute(
-                select(AttemptRow, JobRow, InstanceRow)
+                select(AttemptRow.job_id, AttemptRow.number, AttemptRow.start_epoch, AttemptRow.started_at,
+                       JobRow.name, JobRow.epochs_done, InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id,
+                       InstanceRow.instance_type, InstanceRow.gpu, InstanceRow.gpu_count)
                 .join(JobRow, JobRow.id == AttemptRow.job_id)
                 .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
                 .where(AttemptRow.state == AttemptState.running.value)
@@ -84,43 +103,47 @@ class SimAgents:
             if not running:
                 return 0
             alive = self._alive() if self.ended_at is None else None
-            for attempt, job, inst in running:
-                if attempt.started_at is None or inst.cloud_id is None:
+            for r in running:
+                if r.started_at is None or r.cloud_id is None:
                     continue
                 until = now
-                if alive is not None and inst.id not in alive:
+                if alive is not None and r.id not in alive:
                     continue
                 if self.ended_at is not None:
-                    ended = self.ended_at(inst.provider, inst.cloud_id)
+                    ended = self.ended_at(r.provider, r.cloud_id)
                     until = min(now, ended) if ended is not None else now
-                if gang.nodes_of(job) > 1:
-                    gang_until = self._gang_until(s, job, attempt, until, alive)
+                spec = self._spec(r.job_id, s=s)
+                if spec.resources.nodes > 1:
+                    job = s.get(JobRow, r.job_id)
+                    attempt = current_attempt(s, r.job_id)
+                    gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
                     if gang_until is None:
                         continue
                     until = gang_until
-                spec, est = self._estimate(job, inst, attempt.start_epoch)
-                factor = self.true_factor(job.id, inst.gpu)
-                started = utc(attempt.started_at)
+                est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
+                                         r.start_epoch)
+                factor = self.true_factor(r.job_id, r.gpu)
+                started = utc(r.started_at)
                 elapsed_h = (until - started).total_seconds() / 3600
                 work_h = elapsed_h - est.setup_hours * factor
                 if spec.kind is Kind.train and est.epoch_hours:
                     total = spec.train.epochs if spec.train else 0
                     epoch_h = est.epoch_hours * factor
-                    self._finish_at[(job.id, attempt.number)] = started + timedelta(
-                        hours=est.setup_hours * factor + (total - attempt.start_epoch) * epoch_h)
+                    self._finish_at[(r.job_id, r.number)] = started + timedelta(
+                        hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
                     if work_h < 0:
                         continue
-                    epochs = min(total, attempt.start_epoch + int(work_h // epoch_h))
-                    if epochs > job.epochs_done:
-                        uri = f"{spec.data.uri.rstrip('/')}/runs/{job.name}/weights/last.pt" if spec.data else None
-                        report_progress(s, job.id, attempt.number, epochs, uri, now, source="simulated")
+                    epochs = min(total, r.start_epoch + int(work_h // epoch_h))
+                    if epochs > r.epochs_done:
+                        uri = f"{spec.data.uri.rstrip('/')}/runs/{r.name}/weights/last.pt" if spec.data else None
+                        report_progress(s, r.job_id, r.number, epochs, uri, now, source="simulated")
                     if epochs >= total and until == now:
-                        report_finished(s, job.id, attempt.number, True, now, f"{total} epochs")
+                        report_finished(s, r.job_id, r.number, True, now, f"{total} epochs")
                         finished += 1
                 else:
-                    self._finish_at[(job.id, attempt.number)] = started + timedelta(hours=est.hours * factor)
+                    self._finish_at[(r.job_id, r.number)] = started + timedelta(hours=est.hours * factor)
                     if elapsed_h >= est.hours * factor and until == now:
-                        report_finished(s, job.id, attempt.number, True, now)
+                        report_finished(s, r.job_id, r.number, True, now)
                         finished += 1
         return finished
 

@@ -4,8 +4,9 @@ The same ``lifecycle.tick`` the daemon runs drives seeded sandbox clouds (posing
 as AWS, Alibaba Cloud and Tencent Cloud with the bundled catalog's prices and
 spot reclaim rates) over a month of jobs. Time jumps from event to event (a
 submission, a boot, a job's end, a reclaim, an idle machine's stop time) instead
-of ticking through quiet hours, so a month runs in seconds; the tick itself is
-unchanged. Policies are planner strategies, so every policy shares one code path:
+of ticking through quiet hours, but never sooner than the daemon's own tick
+interval (``tick_seconds``) after the last tick: events closer together are handled
+in one tick, as the daemon would. The tick itself is unchanged. Policies are planner strategies, so every policy shares one code path:
 
 * ``gpusched``: ours.
 * ``on-demand``: everything on-demand, cheapest fitting offer.
@@ -106,6 +107,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
                            ended_at=lambda prov, cid: clouds[prov].ended_at(cid))
         job_ids = random.Random(seed + 1)
         end = subs[-1].at + horizon
+        cadence = timedelta(seconds=settings.tick_seconds)
         i, ticks, rejected = 0, 0, 0
         while clock.now() < end:
             now = clock.now()
@@ -122,7 +124,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             if i >= len(subs) and _quiet(store):
                 break
             nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, store)
-            clock.set(min(max(nxt, now + timedelta(seconds=1)), end))
+            clock.set(min(max(nxt, now + cadence), end))
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
                              ticks, time.perf_counter() - wall0, lower_bound, agents, ctx)
         store.dispose()

@@ -67,19 +67,27 @@ def _window_h(ctx: TickContext, now: datetime) -> float:
     return max(ctx.settings.tick_seconds, since_last) / 3600
 
 
+def _observe(ctx: TickContext, job_id: str, offer: Offer, avoided: frozenset[str], now: datetime) -> tuple[SpotWatch, bool]:
+    """Record how spot looks for the job's offer now (every tick; a second call in a tick adds nothing)."""
+    market = offer.spot_stock is not Stock.sold_out and f"{offer.key}|spot" not in avoided
+    watch = ctx.spot_watch.get(job_id)
+    if watch is None:
+        watch = ctx.spot_watch[job_id] = SpotWatch(since=now, last=now, available=market)
+    watch.update(now, market)
+    return watch, market
+
+
 def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, state: SpotState,
                 avoided: frozenset[str], window_h: float, now: datetime) -> RuleInput | None:
-    """What the daemon knows about one job for ``spot_rule.decide``; None when the rule does not apply."""
+    """What the daemon knows about one job for ``spot_rule.decide``; None when the rule does not apply.
+
+    ``job`` needs ``id``, ``epochs_done``, ``submitted_at`` and ``deadline_at`` (a row or a result tuple)."""
     if offer.spot is None or offer.on_demand is None or spec.train is None:
         return None
     est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0)
     if not est.epoch_hours:
         return None
-    market = offer.spot_stock is not Stock.sold_out and f"{offer.key}|spot" not in avoided
-    watch = ctx.spot_watch.get(job.id)
-    if watch is None:
-        watch = ctx.spot_watch[job.id] = SpotWatch(since=now, last=now, available=market)
-    watch.update(now, market)
+    watch, market = _observe(ctx, job.id, offer, avoided, now)
     fx = ctx.settings.fx
     price_k = float(fx.convert(offer.on_demand.per_hour, "CNY").amount / fx.convert(offer.spot.per_hour, "CNY").amount)
     policy = ctx.planner_policy()
@@ -140,9 +148,12 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
     avoided = ctx.offers.avoided(now)
     window_h = _window_h(ctx, now)
-    with ctx.store.session() as s:
+    with ctx.store.session(write=False) as s:
+        # Columns, not rows: every running training job is looked at on every tick.
         rows = s.execute(
-            select(JobRow, AttemptRow, InstanceRow)
+            select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
+                   JobRow.updated_at, AttemptRow.number, InstanceRow.id.label("inst_id"), InstanceRow.provider,
+                   InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
             .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
             .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
             .where(JobRow.state == JobState.running.value, JobRow.kind == Kind.train.value,
@@ -150,17 +161,21 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                    InstanceRow.state == InstanceRowState.running.value, InstanceRow.reserved.is_(False))
         ).all()
         moves = []
-        for job, attempt, inst in rows:
+        for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
             if spec.policy.capacity != "auto" or spec.resources.nodes > 1:
                 continue
             moved = ctx.capacity_moved.get(job.id)
-            if moved is not None and moved[0] == attempt.number and moved[1] != inst.capacity:
+            if moved is not None and moved[0] == job.number and moved[1] != job.capacity:
                 continue  # a move the planner could not honour: do not ping-pong, stay put this attempt
-            offer = offers.get(f"{inst.provider}/{inst.region}/{inst.zone}/{inst.instance_type}")
+            offer = offers.get(f"{job.provider}/{job.region}/{job.zone}/{job.instance_type}")
             if offer is None or offer.spot is None or offer.on_demand is None:
                 continue
-            on_spot = inst.capacity == Capacity.spot.value
+            _observe(ctx, job.id, offer, avoided, now)
+            just_checkpointed = (now - utc(job.updated_at)).total_seconds() / 3600 <= window_h
+            if not just_checkpointed:
+                continue  # a move happens only right after a checkpoint, losing no work: decide then
+            on_spot = job.capacity == Capacity.spot.value
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now)
             if inp is None:
@@ -171,10 +186,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                 target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone
             if (target is SpotState.spot) == on_spot:
                 continue
-            just_checkpointed = (now - utc(job.updated_at)).total_seconds() / 3600 <= window_h
-            if not just_checkpointed:
-                continue  # move right after the next checkpoint, losing no work
-            moves.append((job.id, inst.id, target, decision.reason))
+            moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)
 

@@ -313,6 +313,20 @@ def test_rates_memo_reads_again_only_after_a_new_sample(store: Store) -> None:
     assert again[("yolov9-s", "A10G", 640)] == 90.0
 
 
+def test_rates_memo_looks_at_most_once_per_refresh_when_given_the_time(store: Store) -> None:
+    memo = RatesMemo(refresh=timedelta(minutes=10))
+    with store.session() as s:
+        for i in range(3):
+            add_sample(s, 60.0, T0 + timedelta(minutes=i))
+    with store.session() as s:
+        assert memo.get(s, T0)[("yolov9-s", "A10G", 640)] == 60.0
+        for i in range(4):
+            add_sample(s, 90.0, T0 + timedelta(minutes=5 + i))
+    with store.session() as s:
+        assert memo.get(s, T0 + timedelta(minutes=9))[("yolov9-s", "A10G", 640)] == 60.0  # not yet
+        assert memo.get(s, T0 + timedelta(minutes=10))[("yolov9-s", "A10G", 640)] == 90.0
+
+
 def test_measured_rates_can_leave_out_simulated_samples(store: Store) -> None:
     with store.session() as s:
         for i in range(3):
