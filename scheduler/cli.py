@@ -295,6 +295,8 @@ def simulate(
     seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
     output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
     lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
+    tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
+                                       "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
 ) -> None:
     """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary."""
     from scheduler.catalog import load_catalog
@@ -309,13 +311,13 @@ def simulate(
     configure_logging("console", "warning")
     entries = load_trace(trace)
     subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
-    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed)
+    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
     bound = None
     if lower_bound:
         from scheduler.lower_bound import lower_bound as solve_lower_bound
 
         bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx).total
-    summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound)
+    summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound, settings=settings)
     text = summary.to_json()
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)

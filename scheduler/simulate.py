@@ -93,7 +93,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
     with tempfile.TemporaryDirectory() as tmp:
         base = work_dir or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
-        settings = settings or Settings(_env_file=None, data_dir=base, cluster="sim", sandbox_seed=seed)
+        settings = (settings or Settings(_env_file=None, cluster="sim", sandbox_seed=seed)).model_copy(
+            update={"data_dir": base})
         clock = SimClock(subs[0].at)
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()

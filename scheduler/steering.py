@@ -135,7 +135,9 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
             inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
                 if offer is not None else None
-            if inp is None:
+            if inp is None or inp.progress_h >= inp.compute_h:
+                # Every epoch was checkpointed but the machine went before the exit was reported:
+                # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
                 continue
             d = decide(inp)
             out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")

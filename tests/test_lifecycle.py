@@ -390,3 +390,23 @@ def test_running_job_switches_spot_to_on_demand_and_back_as_the_rule_says(store,
     atts = w.attempts(job_id)
     assert all(b.start_epoch == a.end_epoch for a, b in zip(atts, atts[1:]))
     assert_invariants(w)
+
+
+def test_a_job_reclaimed_after_its_last_checkpoint_but_before_its_exit_is_relaunched_to_finish(store, sim_clock):
+    """The agent checkpointed every epoch, then spot was reclaimed before the exit was reported:
+    the job must not wait forever (the steering rule has nothing left to weigh); it is relaunched."""
+    from scheduler.agent_reports import report_progress
+
+    w = World(store, sim_clock)
+    w.agents.step = lambda now: 0  # the test plays the agent
+    job_id = w.submit(job_spec(deadline="48h"))
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    first = w.attempts(job_id)[-1]
+    with store.session() as s:
+        report_progress(s, job_id, first.number, 20, "s3://bucket/helmet/last.pt", sim_clock.now())
+    inst = next(r for r in w.instances() if r.job_id == job_id)
+    w.cloud.preempt(inst.cloud_id)
+    w.run_until(lambda: len(w.attempts(job_id)) == 2 and w.job(job_id).state == JobState.running.value,
+                limit=120)
+    again = w.attempts(job_id)[-1]
+    assert again.start_epoch == 20 and w.job(job_id).preemptions == 1
