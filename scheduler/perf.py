@@ -9,13 +9,25 @@ prior: callers pass ``measured`` rates learned from a job's first epochs (see
 ``observed_rate``) and those win.
 
 Pure functions only: no clock, no I/O.
+
+Speed: the planner asks for ~10 estimates per queued job, and every job has its
+own image count, so caching whole estimates would not hit. What does not depend
+on the job's image and epoch counts -- the physical batch, the rate, the memory
+for a (model, GPU setup, image size, batch, measured rate) -- is cached in the
+``_*_setting`` functions (bounded ``functools`` caches of pure functions of
+immutable arguments), leaving a few float operations per estimate; they are the
+same operations in the same order as before, so the numbers are the same to the
+bit. The planner takes ``figures``: those numbers as a plain tuple, without
+building and validating an ``Estimate`` model (which costs more than the rest).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from functools import cache, lru_cache
+from typing import NamedTuple
 
 from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS, GpuSpec
@@ -82,6 +94,8 @@ _MEM_HEADROOM = 0.9  # plan to at most 90% of the GPU's memory
 # third of the training activation memory at the same batch is a safe upper guess.
 _INFER_ACT_FRACTION = 1 / 3
 
+_DEFAULT_TRAIN = TrainSpec()  # a train job without a train: section runs with the defaults
+
 # --- setup ---------------------------------------------------------------------------
 
 # [EST] The job image (CUDA + PyTorch + YOLOv9) is ~4 GB compressed: ~40 s to
@@ -134,6 +148,22 @@ class Estimate(Frozen):
     notes: tuple[str, ...] = ()  # assumptions a planner or user should know about
 
 
+class Figures(NamedTuple):
+    """An ``Estimate``'s fields as a plain tuple (see ``figures``): validating the model
+    costs more than computing the numbers, and the planner needs ~10 per queued job."""
+
+    hours: float
+    setup_hours: float
+    epoch_hours: float | None
+    epochs_left: int | None
+    physical_batch: int | None
+    mem_gib: float | None
+    throughput_img_s: float
+    fits: bool
+    why_not: str | None
+    notes: tuple[str, ...] = ()
+
+
 # --- building blocks -------------------------------------------------------------------
 
 
@@ -151,6 +181,7 @@ def _gpu(name: str) -> GpuSpec:
         raise UserError(f"unknown GPU {name!r}", fix=f"use one of {', '.join(GPUS)}") from None
 
 
+@cache
 def speed_factor(gpu: str) -> float:
     """S(g): training speed relative to an RTX 3090, from FP16 tensor TFLOPS and bandwidth.
 
@@ -161,6 +192,7 @@ def speed_factor(gpu: str) -> float:
     return math.sqrt(spec.fp16_tflops * spec.bandwidth_gbs) / _ANCHOR_SQRT * spec.power_factor
 
 
+@lru_cache(maxsize=4096)
 def gpu_bound_rate(model: str, gpu: str, img_size: int = _REF_IMG) -> float:
     """R_gpu: training images/s one GPU sustains when data loading keeps up."""
     v = variant(model)
@@ -224,6 +256,7 @@ def _largest_fitting(limit: int, fits: Callable[[int], bool]) -> int | None:
     return best
 
 
+@lru_cache(maxsize=4096)
 def physical_batch(model: str, gpu: str, img_size: int, effective_batch: int) -> int | None:
     """The largest power-of-two batch <= ``effective_batch`` (or that batch itself) whose
     training memory stays within 90% of the GPU's; None when even batch 1 does not fit."""
@@ -274,6 +307,21 @@ def estimate(
     ``measured`` maps (model, gpu, img_size) to an observed per-GPU training rate
     in img/s (see ``observed_rate``); it replaces the prior for train and val.
     """
+    return Estimate(**figures(spec, gpu, gpu_count, vcpus, epochs_done=epochs_done, nodes=nodes,
+                              measured=measured)._asdict())
+
+
+def figures(
+    spec: JobSpec,
+    gpu: str,
+    gpu_count: int = 1,
+    vcpus: int = 8,
+    *,
+    epochs_done: int = 0,
+    nodes: int = 1,
+    measured: Mapping[tuple[str, str, int], float] | None = None,
+) -> Figures:
+    """``estimate``'s numbers, the same to the bit, as a ``Figures`` tuple instead of an ``Estimate``."""
     _gpu(gpu)
     if spec.kind is Kind.train:
         return _train(spec, gpu, gpu_count, vcpus, epochs_done, nodes, measured or {})
@@ -292,80 +340,92 @@ def _train(
     epochs_done: int,
     nodes: int,
     measured: Mapping[tuple[str, str, int], float],
-) -> Estimate:
-    train = spec.train or TrainSpec()
+) -> Figures:
+    train = spec.train or _DEFAULT_TRAIN
     if spec.data is None or spec.data.train_images is None:
         raise UserError("a train job needs data.train_images to be estimated", fix="set data.train_images")
     train_images = spec.data.train_images
     val_images = spec.data.val_images or 0
-    total_gpus = gpu_count * nodes
-    per_gpu_batch = max(1, math.ceil(train.batch / total_gpus))
     epochs_left = max(train.epochs - epochs_done, 0)
-
-    batch = physical_batch(spec.model, gpu, train.img_size, per_gpu_batch)
-    if batch is None:
+    setting = _train_setting(spec.model, gpu, train.img_size, train.batch, gpu_count, nodes, vcpus,
+                             measured.get((spec.model, gpu, train.img_size)))
+    if setting is None:
         return _does_not_fit(spec.model, gpu, train.img_size, train_memory_gib(spec.model, 1, train.img_size),
                              epochs_left=epochs_left, train=True)
-
-    per_gpu = measured.get((spec.model, gpu, train.img_size))
-    notes: list[str] = []
-    if per_gpu is None:
-        per_gpu = min(gpu_bound_rate(spec.model, gpu, train.img_size), cpu_bound_rate(vcpus, gpu_count, batch))
-    else:
-        notes.append("training rate measured on earlier epochs")
-    rate = per_gpu * total_gpus * scaling_efficiency(total_gpus)
-    if total_gpus > 1:
-        notes.append(f"multi-GPU speed-up assumes {_SCALING_PER_DOUBLING:.0%} efficiency per doubling [EST]")
+    batch, rate, mem_gib, notes = setting
     epoch_hours = (train_images / rate + val_images / (rate * _VAL_SPEEDUP)) / 3600
 
     setup = _IMAGE_PULL_HOURS + _download_hours((train_images + val_images) * _BYTES_PER_IMAGE)
     if epochs_done > 0:
-        setup += _download_hours(checkpoint_mb(spec.model) * 1e6)
+        setup += _checkpoint_hours(spec.model, stripped=False)
     elif train.weights:
-        setup += _download_hours(checkpoint_mb(spec.model, stripped=True) * 1e6)
-    return Estimate(
+        setup += _checkpoint_hours(spec.model, stripped=True)
+    return Figures(
         hours=setup + epochs_left * epoch_hours,
         setup_hours=setup,
         epoch_hours=epoch_hours,
         epochs_left=epochs_left,
         physical_batch=batch,
-        mem_gib=train_memory_gib(spec.model, batch, train.img_size),
+        mem_gib=mem_gib,
         throughput_img_s=rate,
         fits=True,
         why_not=None,
-        notes=tuple(notes),
+        notes=notes,
     )
+
+
+@lru_cache(maxsize=4096)  # bounded: measured rates are floats that change as epochs are observed
+def _train_setting(model: str, gpu: str, img_size: int, batch: int, gpu_count: int, nodes: int, vcpus: int,
+                   measured_rate: float | None) -> tuple[int, float, float, tuple[str, ...]] | None:
+    """What a training run's speed depends on besides its image and epoch counts: the physical batch,
+    the images/s over all GPUs, the memory at that batch and the notes; None when batch 1 does not fit."""
+    total_gpus = gpu_count * nodes
+    per_gpu_batch = max(1, math.ceil(batch / total_gpus))
+    physical = physical_batch(model, gpu, img_size, per_gpu_batch)
+    if physical is None:
+        return None
+    per_gpu = measured_rate
+    notes: list[str] = []
+    if per_gpu is None:
+        per_gpu = min(gpu_bound_rate(model, gpu, img_size), cpu_bound_rate(vcpus, gpu_count, physical))
+    else:
+        notes.append("training rate measured on earlier epochs")
+    rate = per_gpu * total_gpus * scaling_efficiency(total_gpus)
+    if total_gpus > 1:
+        notes.append(f"multi-GPU speed-up assumes {_SCALING_PER_DOUBLING:.0%} efficiency per doubling [EST]")
+    return physical, rate, train_memory_gib(model, physical, img_size), tuple(notes)
+
+
+@lru_cache(maxsize=64)
+def _checkpoint_hours(model: str, *, stripped: bool) -> float:
+    return _download_hours(checkpoint_mb(model, stripped=stripped) * 1e6)
 
 
 def _val(
     spec: JobSpec, gpu: str, gpu_count: int, vcpus: int, measured: Mapping[tuple[str, str, int], float]
-) -> Estimate:
+) -> Figures:
     val = spec.val
     if val is None:
         raise UserError("a val job needs a val: section", fix="add val: {weights: ..., img_size: 640}")
     if spec.data is None or not spec.data.val_images:
         raise UserError("a val job needs data.val_images to be estimated", fix="set data.val_images")
-    usable = usable_memory_gib(gpu)
-    batch = _largest_fitting(val.batch, lambda b: infer_memory_gib(spec.model, b, val.img_size) <= usable)
-    if batch is None:
+    setting = _val_setting(spec.model, gpu, val.img_size, val.batch, vcpus,
+                           measured.get((spec.model, gpu, val.img_size)))
+    if setting is None:
         return _does_not_fit(spec.model, gpu, val.img_size, infer_memory_gib(spec.model, 1, val.img_size))
-    per_gpu = measured.get((spec.model, gpu, val.img_size))
-    if per_gpu is None:
-        per_gpu = gpu_bound_rate(spec.model, gpu, val.img_size)
-    # val.py loads without mosaic, so its data-loading ceiling is the plain one.
-    rate = min(per_gpu * _VAL_SPEEDUP, _PLAIN_IMG_S_PER_CPU * _loader_workers(vcpus, 1, batch))
+    batch, rate, mem_gib = setting
     setup = (
         _IMAGE_PULL_HOURS
         + _download_hours(spec.data.val_images * _BYTES_PER_IMAGE)
-        + _download_hours(checkpoint_mb(spec.model, stripped=True) * 1e6)
+        + _checkpoint_hours(spec.model, stripped=True)
     )
-    return Estimate(
+    return Figures(
         hours=setup + spec.data.val_images / rate / 3600,
         setup_hours=setup,
         epoch_hours=None,
         epochs_left=None,
         physical_batch=batch,
-        mem_gib=infer_memory_gib(spec.model, batch, val.img_size),
+        mem_gib=mem_gib,
         throughput_img_s=rate,
         fits=True,
         why_not=None,
@@ -373,6 +433,21 @@ def _val(
     )
 
 
+@lru_cache(maxsize=4096)  # bounded: measured rates are floats that change as epochs are observed
+def _val_setting(model: str, gpu: str, img_size: int, batch: int, vcpus: int,
+                 measured_rate: float | None) -> tuple[int, float, float] | None:
+    """A validation run's batch, images/s and memory at that batch; None when batch 1 does not fit."""
+    usable = usable_memory_gib(gpu)
+    physical = _largest_fitting(batch, lambda b: infer_memory_gib(model, b, img_size) <= usable)
+    if physical is None:
+        return None
+    per_gpu = gpu_bound_rate(model, gpu, img_size) if measured_rate is None else measured_rate
+    # val.py loads without mosaic, so its data-loading ceiling is the plain one.
+    rate = min(per_gpu * _VAL_SPEEDUP, _PLAIN_IMG_S_PER_CPU * _loader_workers(vcpus, 1, physical))
+    return physical, rate, infer_memory_gib(model, physical, img_size)
+
+
+@lru_cache(maxsize=4096)
 def infer_seconds_per_image(model: str, gpu: str, img_size: int = _REF_IMG) -> float:
     """[EST] detect.py wall time per image: eager GPU time + fixed overhead + I/O floor."""
     gpu_part = (
@@ -386,20 +461,19 @@ def infer_seconds_per_image(model: str, gpu: str, img_size: int = _REF_IMG) -> f
     return gpu_part + _INFER_FIXED_S + _INFER_IO_FLOOR_S
 
 
-def _infer(spec: JobSpec, gpu: str) -> Estimate:
+def _infer(spec: JobSpec, gpu: str) -> Figures:
     infer: InferSpec | None = spec.infer
     if infer is None:
         raise UserError("an infer job needs an infer: section", fix="add infer: {source: ..., images: ...}")
-    mem = infer_memory_gib(spec.model, 1, infer.img_size)
-    if mem > usable_memory_gib(gpu):
+    mem, rate = _infer_setting(spec.model, gpu, infer.img_size)
+    if rate is None:
         return _does_not_fit(spec.model, gpu, infer.img_size, mem)
-    rate = 1 / infer_seconds_per_image(spec.model, gpu, infer.img_size)
     setup = (
         _IMAGE_PULL_HOURS
         + _download_hours(infer.images * _BYTES_PER_IMAGE)
-        + _download_hours(checkpoint_mb(spec.model, stripped=True) * 1e6)
+        + _checkpoint_hours(spec.model, stripped=True)
     )
-    return Estimate(
+    return Figures(
         hours=setup + infer.images / rate / 3600,
         setup_hours=setup,
         epoch_hours=None,
@@ -413,31 +487,51 @@ def _infer(spec: JobSpec, gpu: str) -> Estimate:
     )
 
 
-def _export(spec: JobSpec, gpu: str) -> Estimate:
+@lru_cache(maxsize=4096)
+def _infer_setting(model: str, gpu: str, img_size: int) -> tuple[float, float | None]:
+    """Inference memory at batch 1, and images/s (None when that does not fit)."""
+    mem = infer_memory_gib(model, 1, img_size)
+    if mem > usable_memory_gib(gpu):
+        return mem, None
+    return mem, 1 / infer_seconds_per_image(model, gpu, img_size)
+
+
+def _export(spec: JobSpec, gpu: str) -> Figures:
     export: ExportSpec | None = spec.export
     if export is None:
         raise UserError("an export job needs an export: section", fix="add export: {weights: ..., formats: [onnx]}")
+    return _export_figures(spec.model, export.formats, export.img_size, gpu)
+
+
+@lru_cache(maxsize=4096)
+def _export_figures(model: str, formats: tuple[str, ...], img_size: int, gpu: str) -> Figures:
+    """An export reads nothing else of the job: its whole estimate is cached."""
     minutes = 0.0
     notes: list[str] = []
-    for fmt in export.formats:
+    for fmt in formats:
         if fmt == "engine":
             minutes += _ENGINE_FIXED_MIN + _ENGINE_T4_SCALED_MIN * speed_factor("T4") / speed_factor(gpu)
             notes.append(f"a TensorRT engine runs only on the GPU model it was built on: this one is for {gpu}")
         else:
             minutes += _EXPORT_MINUTES[fmt]
-    setup = _IMAGE_PULL_HOURS + _download_hours(checkpoint_mb(spec.model, stripped=True) * 1e6)
-    return Estimate(
+    setup = _IMAGE_PULL_HOURS + _checkpoint_hours(model, stripped=True)
+    return Figures(
         hours=setup + minutes / 60,
         setup_hours=setup,
         epoch_hours=None,
         epochs_left=None,
         physical_batch=None,
-        mem_gib=infer_memory_gib(spec.model, 1, export.img_size),
+        mem_gib=infer_memory_gib(model, 1, img_size),
         throughput_img_s=0.0,
         fits=True,
         why_not=None,
         notes=tuple(notes),
     )
+
+
+# Kinds whose estimate reads the GPU model but neither the GPU count, the vCPUs nor the nodes
+# (detect.py runs on one GPU; exports convert on the CPU): one estimate serves every setup of a GPU.
+GPU_ONLY_KINDS = frozenset({Kind.infer, Kind.export})
 
 
 def needs_gpu(spec: JobSpec) -> bool:
@@ -455,13 +549,13 @@ def _single_gpu_note(gpu_count: int, script: str) -> tuple[str, ...]:
 
 def _does_not_fit(
     model: str, gpu: str, img_size: int, need_gib: float, *, epochs_left: int | None = None, train: bool = False
-) -> Estimate:
+) -> Figures:
     have = _gpu(gpu).mem_gib
     why = (
         f"{model} at {img_size} px needs ~{need_gib:.0f} GiB at batch 1; {gpu} has {have:.0f} GiB: "
         f"allow a GPU with more memory or lower img_size"
     )
-    return Estimate(
+    return Figures(
         hours=math.inf,
         setup_hours=0.0,
         epoch_hours=math.inf if train else None,
@@ -475,12 +569,15 @@ def _does_not_fit(
 
 
 __all__ = [
-    "Estimate",
+    "GPU_ONLY_KINDS",
     "VARIANTS",
+    "Estimate",
+    "Figures",
     "Variant",
     "checkpoint_mb",
     "cpu_bound_rate",
     "estimate",
+    "figures",
     "gpu_bound_rate",
     "infer_memory_gib",
     "infer_seconds_per_image",

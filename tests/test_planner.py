@@ -10,7 +10,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -29,7 +29,7 @@ from scheduler.planner import (
     plan,
 )
 
-NOW = datetime(2026, 12, 1, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 POLICY = PlannerPolicy()
 TIME_RE = re.compile(r"move the deadline to (\d{4}-\d\d-\d\d \d\d:\d\d) UTC")
 BUDGET_RE = re.compile(r"at least (\d+) (CNY|USD)")
@@ -327,7 +327,7 @@ def test_deadline_refusal_says_when_it_could_finish(with_a100: bool, hint: str |
     assert (hint in d.reason) if hint else ("allow" not in d.reason)
     m = TIME_RE.search(d.reason)
     assert m is not None
-    suggested = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=timezone.utc)
+    suggested = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
     moved = make_job(gpus=("T4",), deadline_h=(suggested - NOW).total_seconds() / 3600, epochs=5)
     assert decide(moved, offers).action == "launch"
 
@@ -543,8 +543,33 @@ def test_same_inputs_in_any_order_give_the_same_plan(seed: int) -> None:
     assert [d.model_dump(mode="json") for d in plan(jobs, offers, fleet, NOW, POLICY)] == expected
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: int) -> None:
+    # planner_rank ranks most groups from a cost and a rank alone and scores only what a decision
+    # shows; the order must be the one full scores give (rank, prefix, member), candidate by candidate.
+    from scheduler.planner import _canonical_fleet, _Planning
+    from scheduler.planner_rank import Book
+
+    rng = random.Random(seed)
+    offers = [make_offer(f"t{i % 4}.xlarge", region=rng.choice(["us-east-1", "us-west-2"]),
+                         zone=f"z{rng.randint(0, 2)}", gpu=rng.choice(["T4", "A10G", "L4", "MI300X"]),
+                         od=rng.choice(["1.00 USD", "0.50 USD", "8.00 CNY", None]),
+                         spot=rng.choice(["0.40 USD", "0.4 USD", "2.00 CNY", None]),
+                         spot_stock=rng.choice([Stock.available, Stock.sold_out]), rate=rng.choice([0.0, 0.05, 1.0]))
+              for i in range(rng.randint(1, 12))]
+    fleet = [reserved_slot(offers[0], until_h=rng.choice([1, 720])), warm_slot(offers[-1])][: rng.randint(0, 2)]
+    job = make_job(deadline_h=rng.choice([None, -5, 0.5, 3, 48]), budget=rng.choice([None, "5 CNY", "500 CNY"]),
+                   kind=rng.choice(["train", "infer"]), epochs=rng.choice([1, 10]), img_size=rng.choice([640, 1280]),
+                   avoid=frozenset({f"{offers[0].key}|spot"}) if rng.random() < 0.3 else frozenset())
+    p = _Planning(job, Book(offers, _canonical_fleet(fleet), NOW, POLICY, None))
+    lazy = [(s.group.index, mem.tail, r) for s, mem, r in p.ranking.picks()]
+    full = sorted(((r, s.prefix, mem.tail), s.group.index, r) for s in p.ranking.scored
+                  for r, line in s.runs for mem in line.members)
+    assert lazy == [(index, key[2], r) for key, index, r in full]
+
+
 def test_alternatives_are_sorted_and_keep_the_infeasible_with_their_why() -> None:
-    jobs, offers, fleet = _market()
+    _, offers, fleet = _market()
     job = make_job("z", deadline_h=1.2, budget="30 CNY")
     d = decide(job, offers, fleet)
     assert d.choice is not None and d.choice not in d.alternatives
