@@ -126,14 +126,18 @@ class SimAgents:
                 started = utc(r.started_at)
                 elapsed_h = (until - started).total_seconds() / 3600
                 work_h = elapsed_h - est.setup_hours * factor
+                # Whether the job is done is decided on the finish *time* (the event the simulation
+                # jumps to), never on float hours: those can land a hair short of the last epoch at
+                # exactly that moment, and with no later event the job would idle on until an
+                # unrelated tick.
                 if spec.kind is Kind.train and est.epoch_hours:
                     total = spec.train.epochs if spec.train else 0
                     epoch_h = est.epoch_hours * factor
-                    self._finish_at[(r.job_id, r.number)] = started + timedelta(
-                        hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
+                    finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
+                    self._finish_at[(r.job_id, r.number)] = finish_at
                     if work_h < 0:
                         continue
-                    epochs = min(total, r.start_epoch + int(work_h // epoch_h))
+                    epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                     if epochs > r.epochs_done:
                         uri = f"{spec.data.uri.rstrip('/')}/runs/{r.name}/weights/last.pt" if spec.data else None
                         report_progress(s, r.job_id, r.number, epochs, uri, now, source="simulated")
@@ -141,8 +145,9 @@ class SimAgents:
                         report_finished(s, r.job_id, r.number, True, now, f"{total} epochs")
                         finished += 1
                 else:
-                    self._finish_at[(r.job_id, r.number)] = started + timedelta(hours=est.hours * factor)
-                    if elapsed_h >= est.hours * factor and until == now:
+                    finish_at = started + timedelta(hours=est.hours * factor)
+                    self._finish_at[(r.job_id, r.number)] = finish_at
+                    if until >= finish_at and until == now:
                         report_finished(s, r.job_id, r.number, True, now)
                         finished += 1
         return finished
