@@ -5,7 +5,9 @@ Started by the cloud-init user-data (``bootstrap.py``) with four settings in
 job-scoped token (a node of a multi-node job also gets ``GPUSCHED_NODE_RANK`` and
 ``GPUSCHED_NODES``; only rank 0 reports). It fetches the job, runs the YOLOv9 command from ``yolo.py``,
 watches ``results.csv`` (one row per finished epoch) and reports every new epoch
-as the job's resume point, then reports the exit. It never sees the API token or
+as the job's resume point, then reports the exit. An inference job runs shard by
+shard (``infer_shards``): each shard's labels are uploaded, then the shard is
+reported, and a resumed attempt starts at the first unfinished one. It never sees the API token or
 a cloud credential; data and checkpoints are read and written with the machine's
 role: checkpoints are copied with the cloud's CLI (aws s3 / ossutil / coscli); staging
 the dataset is the image's job (the commands expect it under the work directory, as
@@ -15,6 +17,7 @@ the dataset is the image's job (the commands expect it under the work directory,
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from scheduler import yolo
+from scheduler import infer_shards, yolo
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import SettingsError
 from scheduler.models import JobSpec, Kind
@@ -71,6 +74,19 @@ def copy_with_cli(src: str, dst: str) -> None:
     subprocess.run([*tool, src, dst], check=True)
 
 
+# The same CLIs, for a whole folder.
+COPY_TREE_TOOLS = {"s3": ["aws", "s3", "cp", "--recursive"], "oss": ["ossutil", "cp", "-r", "-f"],
+                   "cos": ["coscli", "cp", "-r"]}
+
+
+def copy_tree_with_cli(src_dir: str, dst: str) -> None:
+    """Upload a local folder's files under the s3:// oss:// cos:// prefix ``dst``."""
+    tool = COPY_TREE_TOOLS.get(dst.split("://", 1)[0])
+    if tool is None:
+        raise ValueError(f"no copy tool for {dst!r}")
+    subprocess.run([*tool, src_dir, dst], check=True)
+
+
 def remote_checkpoint(spec: JobSpec) -> str | None:
     """Where last.pt lives between attempts: next to the dataset, under runs/<job name>/."""
     if spec.data is None:
@@ -79,13 +95,12 @@ def remote_checkpoint(spec: JobSpec) -> str | None:
 
 
 def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> list[str]:
+    """The one command of a train, val or export attempt (inference runs per shard: ``run_infer_shards``)."""
     run = f"{spec.name}"
     if spec.kind is Kind.train:
         batch = physical_batch(spec.model, cfg.gpu, spec.train.img_size, spec.train.batch) or 1  # type: ignore[union-attr]
         return yolo.train_command(spec, physical_batch=batch, gpu_count=cfg.gpu_count, run_name=run,
                                   workdir=cfg.workdir, resume_from=resume_from)
-    if spec.kind is Kind.infer:
-        return yolo.infer_command(spec, run_name=run, workdir=cfg.workdir)
     if spec.kind is Kind.val:
         return yolo.val_command(spec, run_name=run, workdir=cfg.workdir)
     return yolo.export_command(spec, workdir=cfg.workdir)
@@ -93,7 +108,8 @@ def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> lis
 
 def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = None,
               launch: Callable[[Sequence[str]], subprocess.Popen] | None = None,
-              copy: Callable[[str, str], None] = copy_with_cli) -> bool:
+              copy: Callable[[str, str], None] = copy_with_cli,
+              copy_tree: Callable[[str, str], None] = copy_tree_with_cli) -> bool:
     """Run the attempt to its end; returns whether it succeeded. ``launch`` and ``copy`` are injectable.
 
     A resumed attempt first fetches the last checkpoint; after every finished epoch ``last.pt`` is
@@ -106,6 +122,11 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
     job.raise_for_status()
     body = job.json()
     spec = JobSpec.model_validate(body["spec"])
+    if spec.kind is Kind.infer:
+        ok, message = run_infer_shards(spec, cfg, http, auth, int(body.get("epochs_done") or 0), clock=clock,
+                                       launch=launch, copy_tree=copy_tree)
+        _report_exit(cfg, http, auth, ok, message)
+        return ok
     local_ckpt = yolo.checkpoint_path(cfg.workdir, spec.name)
     remote_ckpt = body.get("checkpoint_uri") or remote_checkpoint(spec)
     resume = None
@@ -134,6 +155,50 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
         clock.sleep(cfg.poll_seconds)
     ok = proc.returncode == 0
     if speaks:
-        http.post(f"{cfg.api}/v1/agent/finished", headers=auth,
-                  json={"ok": ok, "message": "" if ok else f"exit status {proc.returncode}"}).raise_for_status()
+        _report_exit(cfg, http, auth, ok, "" if ok else f"exit status {proc.returncode}")
     return ok
+
+
+def _report_exit(cfg: AgentConfig, http: httpx.Client, auth: dict[str, str], ok: bool, message: str) -> None:
+    http.post(f"{cfg.api}/v1/agent/finished", headers=auth, json={"ok": ok, "message": message}).raise_for_status()
+
+
+def _wait(proc: subprocess.Popen, clock: Clock, poll_seconds: float) -> int:
+    while proc.poll() is None:
+        clock.sleep(poll_seconds)
+    return proc.returncode
+
+
+def run_infer_shards(spec: JobSpec, cfg: AgentConfig, http: httpx.Client, auth: dict[str, str], shards_done: int,
+                     *, clock: Clock, launch: Callable[[Sequence[str]], subprocess.Popen],
+                     copy_tree: Callable[[str, str], None]) -> tuple[bool, str]:
+    """Run detect.py shard by shard from ``shards_done`` on; each shard's labels are uploaded, then reported.
+
+    Returns (ok, message). A shard is reported done only after its labels are in the object store,
+    so the daemon's resume point never names a shard whose output is lost with the machine.
+    """
+    source = Path(yolo.source_dir(cfg.workdir))
+    files = sorted(p.name for p in source.iterdir() if p.is_file() and infer_shards.is_image(p.name))
+    shards = infer_shards.shard_count(spec.infer.images)  # type: ignore[union-attr]
+    out = infer_shards.output_uri(spec)
+    for index in range(shards_done, shards):
+        start, end = infer_shards.shard_bounds(len(files), shards, index)
+        name = infer_shards.shard_name(index)
+        labels = Path(yolo.infer_output_dir(cfg.workdir, spec.name)) / name / "labels"
+        if end > start:
+            shard_dir = Path(infer_shards.shard_source_dir(cfg.workdir, index))
+            shutil.rmtree(shard_dir, ignore_errors=True)
+            shard_dir.mkdir(parents=True)
+            for f in files[start:end]:
+                (shard_dir / f).symlink_to(source / f)
+            shutil.rmtree(labels, ignore_errors=True)  # YOLOv9 appends to label files: start clean
+            argv = yolo.infer_command(spec, run_name=spec.name, workdir=cfg.workdir, source=str(shard_dir),
+                                      shard=name)
+            code = _wait(launch(argv), clock, cfg.poll_seconds)
+            if code != 0:
+                return False, f"exit status {code} in {name}"
+            if labels.is_dir():  # images without detections get no file; a shard may have none at all
+                copy_tree(str(labels), f"{out}labels/")
+        http.post(f"{cfg.api}/v1/agent/progress", headers=auth,
+                  json={"epochs_done": index + 1, "checkpoint_uri": out}).raise_for_status()
+    return True, f"{shards} shards, labels in {out}labels/"

@@ -180,7 +180,8 @@ def status(
     for col in ("id", "name", "team", "kind", "state", "progress", "reason"):
         table.add_column(col, overflow="fold")
     for j in jobs:
-        progress = f"{j.epochs_done}/{j.epochs_total} ep" if j.epochs_total else ""
+        unit = "shards" if j.kind == "infer" else "ep"
+        progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
         table.add_row(j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")
     out.print(table)
 

@@ -97,6 +97,7 @@ FIELD_EXAMPLES: dict[str, str] = {
     "infer.weights": "s3://bucket/runs/helmet-v3/best.pt",
     "infer.conf": "0.25",
     "infer.iou": "0.45",
+    "infer.output": "s3://bucket/runs/helmet-infer/",
     "val": "{weights: s3://bucket/runs/helmet-v3/best.pt, batch: 32}",
     "val.weights": "s3://bucket/runs/helmet-v3/best.pt",
     "val.img_size": "640",
@@ -130,6 +131,7 @@ _PATTERN_MESSAGES: dict[str, str] = {
     "project": "must be lowercase letters, digits, '-' and '_', starting with a letter or digit",
     "data.uri": "must be a folder URI starting with s3://, oss:// or cos://",
     "infer.source": "must be a folder URI starting with s3://, oss:// or cos://",
+    "infer.output": "must be a folder URI starting with s3://, oss:// or cos://",
     "train.weights": "must be a .pt file name, an s3:// / oss:// / cos:// URI, or '' to train from scratch",
     "infer.weights": "must be a .pt file name or an s3:// / oss:// / cos:// URI",
     "val.weights": "must be a .pt file name or an s3:// / oss:// / cos:// URI",
@@ -146,7 +148,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "policy.capacity": ("auto", "spot", "on-demand", "reserved"),
 }
 
-_URI_FIELDS = {"data.uri", "infer.source", "train.weights", "infer.weights", "val.weights", "export.weights"}
+_URI_FIELDS = {"data.uri", "infer.source", "infer.output", "train.weights", "infer.weights", "val.weights", "export.weights"}
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # Models whose insides are one value to the user (a budget is "800 CNY", not a mapping).
 _LEAF_MODELS: tuple[type[BaseModel], ...] = (Money,)

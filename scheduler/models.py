@@ -89,6 +89,7 @@ class InferSpec(Frozen):
     weights: WeightsStr
     conf: float = Field(default=0.25, gt=0, lt=1)
     iou: float = Field(default=0.45, gt=0, lt=1)
+    output: UriStr | None = None  # where the labels go; default: runs/<job name>/ in the source's bucket
 
 
 class ValSpec(Frozen):

@@ -231,7 +231,8 @@ def _instance_lost(
             # The skypilot-like baseline: code that does not checkpoint starts over, elsewhere.
             job.epochs_done, job.checkpoint_uri = 0, None
             ctx.offers.avoid_key(f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}|{row.capacity}", now)
-        resume = f"; resumes from epoch {job.epochs_done}" if job.kind == "train" else ""
+        unit = {"train": "epoch", "infer": "shard"}.get(job.kind)
+        resume = f"; resumes from {unit} {job.epochs_done}" if unit else ""
         set_job(job, J.queued, now, f"{reason} on {row.provider} {row.zone} {row.instance_type}{resume}")
     add_event(s, now, "job_preempted", job.reason or reason, job_id=job.id, instance_id=row.id)
     log.info("job_preempted", job=job.id, attempt=attempt.number, instance=row.id, reason=reason,

@@ -18,6 +18,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from scheduler.clock import Clock, utc
 from scheduler.errors import GpuschedError, JobFileError, NotFoundError, UserError
+from scheduler.infer_shards import shards_of
 from scheduler.jobfile import submit_problems
 from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
 from scheduler.money import Money
@@ -171,6 +172,9 @@ def resolve_deadline(spec: JobSpec, now: datetime) -> JobSpec:
 
 
 def _epochs_total(spec: JobSpec) -> int | None:
+    """Units of resumable work: epochs for training, shards for inference (``infer_shards``)."""
+    if spec.kind is Kind.infer:
+        return shards_of(spec)
     if spec.kind is not Kind.train:
         return None
     return (spec.train or TrainSpec()).epochs

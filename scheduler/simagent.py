@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
-from scheduler import gang, perf
+from scheduler import gang, infer_shards, perf
 from scheduler.agent_reports import report_finished, report_progress
 from scheduler.clock import utc
 from scheduler.models import JobSpec, Kind
@@ -32,6 +32,24 @@ from scheduler.transitions import current_attempt
 
 # (provider name, cloud instance id) -> when it stopped running, or None while it runs.
 EndedAt = Callable[[str, str], datetime | None]
+
+
+# Kinds whose progress survives a reclaim: training (epochs, last.pt) and inference (shards).
+_RESUMABLE = frozenset({Kind.train, Kind.infer})
+
+
+def _units(spec: JobSpec) -> int:
+    """The job's units of resumable work: epochs or inference shards."""
+    if spec.kind is Kind.train:
+        return spec.train.epochs if spec.train else 0
+    return infer_shards.shards_of(spec) or 1
+
+
+def _resume_uri(spec: JobSpec) -> str | None:
+    """What the real agent reports with a unit: the uploaded last.pt, or the labels' prefix."""
+    if spec.kind is Kind.infer:
+        return infer_shards.output_uri(spec)
+    return f"{spec.data.uri.rstrip('/')}/runs/{spec.name}/weights/last.pt" if spec.data else None
 
 
 class SimAgents:
@@ -130,8 +148,8 @@ class SimAgents:
                 # jumps to), never on float hours: those can land a hair short of the last epoch at
                 # exactly that moment, and with no later event the job would idle on until an
                 # unrelated tick.
-                if spec.kind is Kind.train and est.epoch_hours:
-                    total = spec.train.epochs if spec.train else 0
+                if spec.kind in _RESUMABLE and est.epoch_hours:
+                    total = _units(spec)
                     epoch_h = est.epoch_hours * factor
                     finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
                     self._finish_at[(r.job_id, r.number)] = finish_at
@@ -139,10 +157,10 @@ class SimAgents:
                         continue
                     epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                     if epochs > r.epochs_done:
-                        uri = f"{spec.data.uri.rstrip('/')}/runs/{r.name}/weights/last.pt" if spec.data else None
-                        report_progress(s, r.job_id, r.number, epochs, uri, now, source="simulated")
+                        report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
                     if epochs >= total and until == now:
-                        report_finished(s, r.job_id, r.number, True, now, f"{total} epochs")
+                        unit = "epochs" if spec.kind is Kind.train else "shards"
+                        report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
                         finished += 1
                 else:
                     finish_at = started + timedelta(hours=est.hours * factor)

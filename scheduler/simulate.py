@@ -189,7 +189,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
                 continue
             ran_h = (utc(attempt.ended_at) - utc(attempt.started_at)).total_seconds() / 3600
             kept_h = 0.0
-            if ctx.resume_after_preemption and job.kind == "train" and attempt.end_epoch is not None:
+            if ctx.resume_after_preemption and job.kind in ("train", "infer") and attempt.end_epoch is not None:
                 _, est = agents._estimate(job, inst, attempt.start_epoch)
                 if est.epoch_hours:
                     factor = agents.true_factor(job.id, inst.gpu)

@@ -68,7 +68,8 @@ def start_job_on(s: Session, row: InstanceRow, now: datetime) -> None:
     if A(attempt.state) is A.launching:
         attempt.state = move(ATTEMPT_MOVES, A.launching, A.running, "attempt")
         attempt.started_at = now
-        add_event(s, now, "job_started", f"attempt {attempt.number} from epoch {attempt.start_epoch}",
+        unit = "shard" if job.kind == "infer" else "epoch"
+        add_event(s, now, "job_started", f"attempt {attempt.number} from {unit} {attempt.start_epoch}",
                   job_id=job.id, instance_id=row.id)
 
 

@@ -234,8 +234,10 @@ def _replace_opt(text: str, key: str, value: str) -> str:
 # --- inference, validation, export ------------------------------------------------
 
 
-def infer_command(spec: JobSpec, *, run_name: str, workdir: str) -> list[str]:
-    """Detection over ``<workdir>/source`` writing labels/<image>.txt (class, box, confidence).
+def infer_command(spec: JobSpec, *, run_name: str, workdir: str, source: str | None = None,
+                  shard: str | None = None) -> list[str]:
+    """Detection over ``source`` (default ``<workdir>/source``) writing labels/<image>.txt (class, box,
+    confidence) under ``infer_output_dir``, or under ``<that>/<shard>`` for one shard (``infer_shards``).
 
     Run ``pre_infer_cleanup`` first on every attempt: YOLOv9 appends to label
     files, so a retry would otherwise duplicate lines.
@@ -247,7 +249,7 @@ def infer_command(spec: JobSpec, *, run_name: str, workdir: str) -> list[str]:
         PYTHON,
         "detect_dual.py" if _is_dual(spec.model, infer.weights) else "detect.py",
         "--weights", local_weights(infer.weights, workdir),
-        "--source", source_dir(workdir),
+        "--source", source or source_dir(workdir),
         "--imgsz", str(infer.img_size),
         "--conf-thres", str(infer.conf),
         "--iou-thres", str(infer.iou),
@@ -255,8 +257,8 @@ def infer_command(spec: JobSpec, *, run_name: str, workdir: str) -> list[str]:
         "--save-txt",
         "--save-conf",
         "--nosave",
-        "--project", posixpath.dirname(run_dir(workdir, "detect", run_name)),
-        "--name", _name(run_name),
+        *(("--project", run_dir(workdir, "detect", run_name), "--name", _name(shard)) if shard else
+          ("--project", posixpath.dirname(run_dir(workdir, "detect", run_name)), "--name", _name(run_name))),
         "--exist-ok",
     ]
 

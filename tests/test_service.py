@@ -101,11 +101,12 @@ def test_a_deadline_already_past_is_refused_and_nothing_is_stored(store: Store, 
     ("kind", "section", "epochs_total"),
     [
         ("train", {"train": {"epochs": 7}}, 7),
-        ("infer", {"infer": {"source": "s3://b/imgs/", "images": 1000, "weights": "s3://b/best.pt"}}, None),
+        ("infer", {"infer": {"source": "s3://b/imgs/", "images": 1000, "weights": "s3://b/best.pt"}}, 1),  # shards
+        ("infer", {"infer": {"source": "s3://b/imgs/", "images": 90_000, "weights": "s3://b/best.pt"}}, 5),
         ("export", {"export": {"weights": "s3://b/best.pt", "formats": ["onnx"]}}, None),
     ],
 )
-def test_only_train_jobs_count_epochs(
+def test_train_jobs_count_epochs_and_inference_jobs_shards(
     store: Store, clock: SimClock, kind: str, section: dict[str, Any], epochs_total: int | None
 ) -> None:
     doc = {k: v for k, v in job_doc().items() if k != "train"} | {"kind": kind} | section
