@@ -1,9 +1,9 @@
 """Ranking one job's candidates for ``planner``, fast: score groups, not candidates.
 
-A ``plan()`` call builds one ``Book``: its offers and fleet slots folded into
-``Group``s of candidates that share every number the planner computes (cloud,
-region, GPU setup, vCPUs, capacity, price, reclaim rate, fleet slot) and differ
-only in zone, instance type and stock. For a job, ``Scorer`` prices each
+A ``plan()`` call builds one ``planner_book.Book``: its offers and fleet slots
+folded into ``Group``s of candidates that share every number the planner
+computes (cloud, region, GPU setup, vCPUs, capacity, price, reclaim rate, fleet
+slot) and differ only in zone, instance type and stock. For a job, ``Scorer`` prices each
 matching group once (``perf.figures`` once per GPU setup, or once per GPU for
 inference and export, which read nothing else of the setup; hours, finish and
 deadline once per setup x capacity x reclaim rate x start; cost and budget once
@@ -30,21 +30,21 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from scheduler.errors import UserError
-from scheduler.models import Capacity, Kind, Offer, Stock
+from scheduler.models import Capacity, Kind
 from scheduler.money import Money
 from scheduler.perf import GPU_ONLY_KINDS, Figures, figures
+from scheduler.planner_book import Book, Filter, Group, Line, Member
 
 if TYPE_CHECKING:
-    from scheduler.planner import FleetSlot, PlanJob, PlannerPolicy
+    from scheduler.planner import PlanJob
 
-Source = Literal["new", "warm", "reserved"]
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
                       "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
@@ -60,199 +60,6 @@ class Blocker:
     @property
     def transient(self) -> bool:
         return self.kind in _TRANSIENT
-
-
-# --- the book: offers and slots, grouped once per plan() call ------------------------
-
-
-@dataclass(eq=False, slots=True)
-class Member:
-    """One candidate of a group: an offer (or a slot's offer) with this group's capacity."""
-
-    offer: Offer
-    avoid_key: str | None  # "Offer.key|capacity" for new capacity; fleet slots are never avoided
-    sold_out: bool
-    tail: tuple  # the sort key after (provider, region): zone, type, capacity, source, instance, gpu, count, seq
-    shape: int  # what runners-up show once (provider, region, type, capacity, source, instance), interned
-    fields: dict = field(init=False)  # the offer's part of an Option's fields, read once
-
-    def __post_init__(self) -> None:
-        o = self.offer
-        self.fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
-                       "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count}
-
-
-class Line(NamedTuple):
-    """Members in tie-break order, and the first of each shape among them (all that runners-up look at)."""
-
-    members: list[Member]
-    firsts: list[Member]
-
-    @classmethod
-    def of(cls, members: list[Member]) -> Line:
-        seen: set[int] = set()
-        firsts = []
-        for mem in members:
-            if mem.shape not in seen:
-                seen.add(mem.shape)
-                firsts.append(mem)
-        return cls(members, firsts)
-
-
-@dataclass(eq=False, slots=True)
-class Group:
-    """Candidates whose every number is the same: one price, GPU setup and reclaim rate in one region."""
-
-    provider: str
-    region: str
-    gpu: str
-    gpu_count: int
-    vcpus: int
-    capacity: Capacity
-    source: Source
-    rate: float  # reclaims per hour as the cost model sees them (0 for naive strategies)
-    price: Money | None  # per node, in the offer's currency; None for reserved capacity (already paid)
-    slot: int | None = None  # index into the canonical fleet
-    not_reserved: bool = True  # sort-key flags (see Scored.prefix), kept here: reading them is cheaper
-    not_warm: bool = True
-    instance_id: str | None = None
-    until: datetime | None = None
-    members: list[Member] = field(default_factory=list)
-    every: Line = field(default_factory=lambda: Line([], []))
-    clean: Line = field(default_factory=lambda: Line([], []))  # not sold out
-    sold: Line = field(default_factory=lambda: Line([], []))
-    index: int = 0  # in Book.groups
-    # Interned by the book: the GPU setup (gpu, count, vCPUs), and the GPU alone (perf.GPU_ONLY_KINDS).
-    est_keys: tuple[int, int] = (0, 0)
-    timing_keys: tuple[int, int] = (0, 0)  # each x capacity x reclaim rate x warm start
-    hourly: dict[int, Money] = field(default_factory=dict)  # nodes -> price of all nodes, policy currency
-    # The members by rank (see ``Scored._runs``), made once: [0] clean at 0 and sold out at 1 (no other
-    # blocker), [1] all at 1 (the slot is held), [2] all at 2 (structural), [3] all at 3 (cannot estimate).
-    runs: tuple[tuple[tuple[int, Line], ...], ...] = ()
-
-
-class Filter(NamedTuple):
-    """What a job (or a relaxed copy of it) lets through."""
-
-    gpus: tuple[str, ...] | None
-    gpu_count: int
-    providers: tuple[str, ...] | None
-    regions: tuple[str, ...] | None
-    capacities: frozenset[Capacity]
-    slots: bool  # a gang of nodes is launched fresh: fleet slots are single machines
-
-    def admits(self, g: Group) -> bool:
-        return (
-            g.capacity in self.capacities
-            and (self.gpus is None or g.gpu in self.gpus)
-            and g.gpu_count == self.gpu_count
-            and (self.providers is None or g.provider in self.providers)
-            and (self.regions is None or g.region in self.regions)
-        )
-
-
-class Book:
-    """Everything a plan() call sees besides the jobs, grouped, and the slots already handed out."""
-
-    def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
-                 measured: Mapping[tuple[str, str, int], float] | None) -> None:
-        self.now, self.policy, self.measured = now, policy, measured
-        self.taken: dict[int, str] = {}  # slot index -> the job it went to
-        self.start_new = now + timedelta(hours=policy.boot_hours)
-        self._rates: dict[tuple[str, str], Decimal] = {}
-        self._money: dict[tuple[Decimal, bool], Money] = {}
-        self._matching: dict[Filter, list[list[Group]]] = {}
-        self._keys: dict[tuple, int] = {}  # interned setups, timings and shapes (tagged)
-        groups: dict[tuple, Group] = {}
-        for i, offer in enumerate(offers):
-            for j, cap in enumerate((Capacity.spot, Capacity.on_demand)):
-                price = offer.price(cap)
-                if price is None:
-                    continue
-                money = price.per_hour
-                key = (offer.provider, offer.region, offer.gpu, offer.gpu_count, offer.vcpus,
-                       offer.spot_interruptions_per_hour if cap is Capacity.spot else None, cap,
-                       money.currency, str(money.amount))  # str: 1.0 and 1.00 print differently
-                g = groups.get(key)
-                if g is None:
-                    g = groups[key] = self._group(offer, cap, "new", money)
-                g.members.append(Member(offer, f"{offer.key}|{cap.value}", offer.stock(cap) is Stock.sold_out,
-                                        *self._tail(offer, g, 2 * i + j)))
-        self.groups = list(groups.values())
-        base = 2 * len(offers)
-        for i, slot in enumerate(slots):
-            price = slot.offer.price(slot.capacity)
-            if slot.capacity is not Capacity.reserved and price is None:
-                continue  # a warm machine we cannot price cannot be compared
-            g = self._group(slot.offer, slot.capacity, slot.kind, None if price is None else price.per_hour)
-            g.slot, g.instance_id, g.until = i, slot.instance_id, slot.until
-            g.members.append(Member(slot.offer, None, False, *self._tail(slot.offer, g, base + i)))
-            self.groups.append(g)
-        for i, g in enumerate(self.groups):
-            g.index = i
-            g.members.sort(key=lambda mem: mem.tail)
-            g.every = Line.of(g.members)
-            g.clean = Line.of([mem for mem in g.members if not mem.sold_out])
-            g.sold = Line.of([mem for mem in g.members if mem.sold_out])
-            g.runs = (tuple((r, line) for r, line in ((0, g.clean), (1, g.sold)) if line.members),
-                      *(((r, g.every),) for r in (1, 2, 3)))
-
-    def _group(self, offer: Offer, cap: Capacity, source: Source, price: Money | None) -> Group:
-        rate = 0.0 if self.policy.naive_spot else offer.spot_interruptions_per_hour
-        g = Group(offer.provider, offer.region, offer.gpu, offer.gpu_count, offer.vcpus, cap, source, rate, price,
-                  not_reserved=cap is not Capacity.reserved, not_warm=source != "warm")
-        setup = (offer.gpu, offer.gpu_count, offer.vcpus)
-        how = (cap, rate if cap is Capacity.spot else 0.0, source == "warm")
-        g.est_keys = (self._intern(("setup", *setup)), self._intern(("gpu", offer.gpu)))
-        g.timing_keys = (self._intern(("timing", *setup, *how)), self._intern(("gpu timing", offer.gpu, *how)))
-        return g
-
-    def _tail(self, offer: Offer, g: Group, seq: int) -> tuple[tuple, int]:
-        """A member's sort-key tail and its shape."""
-        cap, iid = g.capacity.value, g.instance_id or ""
-        shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
-        return ((offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
-                self._intern(shape))
-
-    def _intern(self, key: tuple) -> int:
-        return self._keys.setdefault(key, len(self._keys))
-
-    def matching(self, f: Filter) -> list[list[Group]]:
-        """The groups ``f`` lets through, in bundles that share a timing (GPU setup, capacity, rate, start)."""
-        got = self._matching.get(f)
-        if got is None:
-            bundles: dict[int, list[Group]] = {}
-            for g in self.groups:
-                if (f.slots or g.slot is None) and f.admits(g):
-                    bundles.setdefault(g.timing_keys[0], []).append(g)
-            got = self._matching[f] = list(bundles.values())
-        return got
-
-    def rate(self, src: str, dst: str) -> Decimal:
-        r = self._rates.get((src, dst))
-        if r is None:
-            r = self._rates[(src, dst)] = self.policy.fx.rate(src, dst)
-        return r
-
-    def hourly(self, g: Group, nodes: int) -> Money:
-        """All nodes' hourly price in the policy currency (``FxRates.convert`` x nodes, the same arithmetic)."""
-        h = g.hourly.get(nodes)
-        if h is None:
-            cur = self.policy.currency
-            if g.price is None:
-                h = Money.zero(cur)
-            else:
-                h = Money(amount=g.price.amount * self.rate(g.price.currency, cur), currency=cur) * nodes
-            g.hourly[nodes] = h
-        return h
-
-    def money(self, cost: Decimal) -> Money:
-        """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs."""
-        key = (cost, cost.is_signed())  # 0.00 == -0.00, but they print differently
-        m = self._money.get(key)
-        if m is None:
-            m = self._money[key] = Money(amount=cost, currency=self.policy.currency)
-        return m
 
 
 # --- scoring one job ------------------------------------------------------------------
@@ -274,6 +81,14 @@ class Timing:
     physical_batch: int | None
     _late_blocker: Blocker | None = None
     _needed: datetime | None = None
+    _shown: tuple[float, float] | None = None
+
+    @property
+    def shown(self) -> tuple[float, float]:
+        """Hours and interruptions as an ``Option`` shows them (rounded once, not once per option)."""
+        if self._shown is None:
+            self._shown = (round(self.hours, 4), round(self.interruptions, 4))
+        return self._shown
 
     def needed(self, now: datetime, safety: float) -> datetime:
         """The earliest deadline this would meet (the inverse of the deadline check); when usable."""
@@ -394,21 +209,27 @@ class Scorer:
         return self._cutoff is not None and self._cutoff <= self.book.now
 
     def rank(self, f: Filter) -> Ranking:
-        """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``)."""
-        bundles, heap = [], []
-        for bundle in self.book.matching(f):
+        """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
+        and a bundle of new machines enters as one placeholder (``Lazy``) until the ranking reaches it."""
+        matching, heap = self.book.matching(f), []
+        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
+        for bundle in matching:
+            if lazy and bundle[0].slot is None:
+                est = self._estimate(bundle[0])
+                if isinstance(est, Figures) and est.fits and math.isfinite(est.hours):
+                    heap.append(Lazy(bundle).placeholder(self, est.hours))
+                    continue
             t = self._timing(bundle[0])
-            bundles.append((t, bundle))
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
-        return Ranking(self, bundles, heap)
+        return Ranking(self, matching, heap)
 
-    def scored(self, g: Group, t: Timing | None = None) -> Scored:
-        """``g`` scored in full (once)."""
+    def scored(self, g: Group, t: Timing | None = None, cost: Decimal | None = None) -> Scored:
+        """``g`` scored in full (once); ``cost``, when the caller has it, is ``_cost(g, t)``."""
         s = self._scored[g.index]
         if s is None:
-            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t)
+            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t, cost)
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
@@ -497,32 +318,43 @@ class Scorer:
         """
         s = self._scored[g.index]
         if s is None and g.slot is None and not self.job.avoid:
-            cost = self._cost(g, t)
-            if t.est_blocker is not None:
-                runs = g.runs[3]
-            elif t.late is not None or (self._budget is not None and self._budget_total(cost) > self._budget.amount):
-                runs = g.runs[2]  # structural: late or over budget (a new machine has no reservation to outlast)
-            else:
-                runs = g.runs[0]
-            prefix = (g.not_reserved, cost, g.not_warm, t.finish, g.provider, g.region)  # as Scored.prefix
+            heap.extend(self._entries(g, t, self._cost(g, t)))
+            return
+        s = s or self.scored(g, t)
+        for r, line in s.runs:
+            heap.append(((r, s.prefix, line.members[0].tail), 0, line, r, g, t))
+
+    def _entries(self, g: Group, t: Timing, cost: Decimal) -> list[tuple]:
+        """The heap entries of a new machine for a job that avoids nothing: the rank ``Scored._runs``
+        would give each line follows from the timing and the cost alone."""
+        if t.est_blocker is not None:
+            runs = g.runs[3]
+        elif t.late is not None or self._over_budget(cost):
+            runs = g.runs[2]  # structural: late or over budget (a new machine has no reservation to outlast)
         else:
-            s = s or self.scored(g, t)
-            runs, prefix = s.runs, s.prefix
-        for r, line in runs:
-            heap.append(((r, prefix, line.members[0].tail), 0, line, r, g, t))
+            runs = g.runs[0]
+        prefix = (g.not_reserved, cost, g.not_warm, t.finish, g.provider, g.region)  # as Scored.prefix
+        return [((r, prefix, line.members[0].tail), 0, line, r, g, t) for r, line in runs]
+
+    def _over_budget(self, cost: Decimal) -> bool:
+        return self._budget is not None and self._budget_total(cost) > self._budget.amount
 
     def _cost(self, g: Group, t: Timing) -> Decimal:
+        return self._cost_on(g, t.hours_dec)
+
+    def _cost_on(self, g: Group, hours: Decimal) -> Decimal:
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
-        return (hourly.amount * t.hours_dec).quantize(_CENT, ROUND_HALF_EVEN)  # positional: a keyword costs 2x
+        return (hourly.amount * hours).quantize(_CENT, ROUND_HALF_EVEN)  # positional: a keyword costs 2x
 
     def _budget_total(self, cost: Decimal) -> Decimal:
         """``cost`` plus what the job has spent, in the budget's currency."""
         total = cost * self._budget_rate
         return total if self._spent is None else total + self._spent
 
-    def _score(self, g: Group, t: Timing) -> Scored:
+    def _score(self, g: Group, t: Timing, cost: Decimal | None = None) -> Scored:
         """A group's cost and blockers, in full."""
-        cost = self._cost(g, t)
+        if cost is None:
+            cost = self._cost(g, t)
         s = Scored(g, t, self.book.hourly(g, self._nodes), cost,
                    (g.not_reserved, cost, g.not_warm, t.finish, g.provider, g.region))
         if t.est_blocker is not None:
@@ -541,31 +373,94 @@ class Scorer:
         return s
 
 
-class Ranking:
-    """The candidates one filter lets through, best first; a group is scored in full when a caller needs it."""
+class Lazy:
+    """One bundle of new machines (groups sharing a timing) for one job, timed and costed only when a
+    ranking reaches it: most decisions show a few cheap bundles, and never read the others' numbers.
 
-    def __init__(self, scorer: Scorer, bundles: list[tuple[Timing, list[Group]]], heap: list[tuple]) -> None:
+    Its heap entry (a placeholder) sorts before every candidate of the bundle: the rank they can have at
+    best (0, or 2 once the deadline has passed: ``Scorer.past_deadline``) and the cheapest group's cost
+    (``Book.matching`` sorts a bundle by price) on the estimate's hours, which interruptions only add to;
+    each step of ``Scorer._cost`` keeps that order. Popped, it gives way to the bundle's candidates
+    (``Scorer._entries``). Placeholders read ((rank, (True, floor), ()), -1 - first group's index, this,
+    None, None, None): candidates have a member index >= 0 second and longer prefixes, so keys never tie.
+    Nothing here refers back to the scorer: no reference cycles for the collector to find.
+    """
+
+    __slots__ = ("groups", "timing", "_entries")
+
+    def __init__(self, groups: list[Group]) -> None:
+        self.groups = groups
+        self.timing: Timing | None = None
+        self._entries: list[tuple] | None = None
+
+    def placeholder(self, sc: Scorer, base_hours: float) -> tuple:
+        floor = sc._cost_on(self.groups[0], Decimal(repr(base_hours)))
+        return (2 if sc.past_deadline else 0, (True, floor), ()), -1 - self.groups[0].index, self, None, None, None
+
+    def timed(self, sc: Scorer) -> Timing:
+        if self.timing is None:
+            self.timing = sc._timing(self.groups[0])
+        return self.timing
+
+    def entries(self, sc: Scorer) -> list[tuple]:
+        """The bundle's candidates' heap entries (made once)."""
+        if self._entries is None:
+            t = self.timed(sc)
+            self._entries = [entry for g in self.groups for entry in sc._entries(g, t, sc._cost(g, t))]
+        return self._entries
+
+
+def _settle(sc: Scorer, heap: list[tuple]) -> None:
+    """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
+    while heap and heap[0][1] < 0:
+        lazy = heapq.heappop(heap)[2]
+        for entry in lazy.entries(sc):
+            heapq.heappush(heap, entry)
+
+
+class Ranking:
+    """The candidates one filter lets through, best first; a group is scored in full when a caller needs it.
+
+    The heap holds one entry per line of candidates, ((rank, prefix, first tail), 0, line, rank, group,
+    timing), and placeholders for bundles not reached yet (``Lazy``).
+    """
+
+    def __init__(self, scorer: Scorer, matching: list[list[Group]], heap: list[tuple]) -> None:
         self.scorer = scorer
-        self.bundles = bundles  # per timing: the groups that share it
-        self._heap = heap  # ((rank, prefix, first tail), 0, line, rank, group, timing) per line, heapified
+        self._matching = matching
+        self._bundles: list[tuple[Timing, list[Group]]] | None = None
+        self._heap = heap  # heapified
+
+    @property
+    def bundles(self) -> list[tuple[Timing, list[Group]]]:
+        """Per timing: the groups that share it (every bundle timed)."""
+        if self._bundles is None:
+            self._bundles = [(self.scorer._timing(groups[0]), groups) for groups in self._matching]
+        return self._bundles
 
     @property
     def scored(self) -> list[Scored]:
         """Every group, scored in full."""
         return [self.scorer.scored(g, t) for t, groups in self.bundles for g in groups]
 
+    def _walk(self) -> list[tuple]:
+        """A copy of the heap to walk, a candidate on top."""
+        _settle(self.scorer, self._heap)  # the same candidates: placeholders at the top expanded for every walk
+        return self._heap[:]
+
     def picks(self) -> Iterator[Pick]:
         """Every candidate, best first (a fresh iteration each call)."""
-        heap = self._heap[:]
+        heap = self._walk()
         while heap:
             key, i, line, r, g, t = heap[0]
             ms = line.members
-            yield self.scorer.scored(g, t), ms[i], r
+            yield self.scorer.scored(g, t, key[1][1]), ms[i], r
             i += 1
             if i < len(ms):
                 heapq.heapreplace(heap, ((r, key[1], ms[i].tail), i, line, r, g, t))
             else:
                 heapq.heappop(heap)
+            _settle(self.scorer, heap)
 
     def distinct(self, seen: set[int]) -> Iterator[Pick]:
         """Best first, skipping any candidate whose ``Member.shape`` is in ``seen``; adds what it yields.
@@ -573,13 +468,13 @@ class Ranking:
         Only the first member of each shape in a line can come out (the others' shape is seen by
         then), so the walk takes ``Line.firsts``.
         """
-        heap = self._heap[:]
+        heap = self._walk()
         while heap:
             key, i, line, r, g, t = heap[0]
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
-                yield self.scorer.scored(g, t), ms[i], r
+                yield self.scorer.scored(g, t, key[1][1]), ms[i], r
             i += 1
             while i < len(ms) and ms[i].shape in seen:  # its shape came out of another line
                 i += 1
@@ -587,18 +482,29 @@ class Ranking:
                 heapq.heapreplace(heap, ((r, key[1], ms[i].tail), i, line, r, g, t))
             else:
                 heapq.heappop(heap)
+            _settle(self.scorer, heap)
 
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
-        """The best candidate whose timing ``keep`` accepts (there must be one): ``Scored.best`` of the
-        best such group, from the heap's keys, so only that group is scored in full."""
-        _, _, line, r, g, t = min(entry for entry in self._heap if keep(entry[5]))
-        return self.scorer.scored(g, t), line.members[0], r
+        """The best candidate whose timing ``keep`` accepts (there must be one): the first such line in
+        heap order (its first member is its best), skipping whole bundles whose timing ``keep`` rejects,
+        so only that group is scored in full."""
+        heap = self._heap[:]
+        while True:
+            entry = heapq.heappop(heap)
+            key, i, line, r, g, t = entry
+            if i >= 0:
+                if keep(t):
+                    return self.scorer.scored(g, t, key[1][1]), line.members[0], r
+            elif keep(line.timed(self.scorer)):
+                for e in line.entries(self.scorer):
+                    heapq.heappush(heap, e)
 
     def first(self) -> Pick | None:
+        _settle(self.scorer, self._heap)
         if not self._heap:
             return None
-        _, _, line, r, g, t = self._heap[0]
-        return self.scorer.scored(g, t), line.members[0], r
+        key, _, line, r, g, t = self._heap[0]
+        return self.scorer.scored(g, t, key[1][1]), line.members[0], r
 
 
 def fmt_hours(delta: timedelta) -> str:

@@ -603,6 +603,23 @@ def test_decisions_survive_a_json_round_trip() -> None:
         assert Decision.model_validate(d.model_dump(mode="json")) == d
 
 
+def test_options_built_without_validation_equal_validated_ones() -> None:
+    # planner.built makes decisions and options from fields the planner typed itself, unvalidated:
+    # validating the same fields must give the same model, down to each value's type.
+    jobs, offers, fleet = _market()
+    for d in plan(jobs, offers, fleet, NOW, POLICY):
+        for o in [d.choice, *d.alternatives] if d.choice is not None else d.alternatives:
+            again = Option.model_validate(dict(o))
+            assert again == o and again.model_dump_json() == o.model_dump_json()
+            assert list(o.__dict__) == list(Option.model_fields) and o.model_fields_set == again.model_fields_set
+            assert [type(v) for v in o.__dict__.values()] == [type(v) for v in again.__dict__.values()]
+        again_d = Decision.model_validate(dict(d))
+        assert again_d == d and again_d.model_dump_json() == d.model_dump_json()
+        assert list(d.__dict__) == list(Decision.model_fields)
+        # The field-name set is shared (see built): copying with an update must leave it alone.
+        assert d.model_copy(update={"reason": "x"}).reason == "x" and d.model_fields_set == set(Decision.model_fields)
+
+
 def test_alternatives_show_one_zone_per_instance_type_and_capacity() -> None:
     offers = [make_offer("g5.xlarge", zone=f"us-east-1{z}", spot="0.40 USD", rate=0.0) for z in "abcd"]
     offers.append(make_offer("g6.xlarge", gpu="L4", spot="0.45 USD", rate=0.0))
