@@ -401,6 +401,8 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
                 idle_stop_minutes=spec.policy.idle_stop_minutes
                 if spec.policy.idle_stop_minutes is not None
                 else ctx.settings.idle_stop_minutes,
+                idle_window="learned" if spec.policy.idle_stop_minutes is None
+                and ctx.settings.idle_warm == "learned" else "fixed",
                 created_at=now,
             )
             for node in range(spec.resources.nodes)

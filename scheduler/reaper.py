@@ -1,6 +1,8 @@
 """The idle reaper: machines nobody uses are stopped (stop-charging) or terminated.
 
-A machine whose job ended stays warm ``idle_stop_minutes`` for reuse. Prepaid
+A machine whose job ended stays warm ``idle_stop_minutes`` for reuse, or, when its
+job left that to the daemon (``GPUSCHED_IDLE_WARM=learned``), only where recent
+history says the wait pays (``idle_window``). Prepaid
 reserved machines are left alone (stopping saves nothing), and a stopped machine is
 terminated after ``stopped_retention_hours`` (its disk still bills).
 """
@@ -11,6 +13,7 @@ from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from providers.base import (
     CAP_SPOT_STOP,
@@ -51,13 +54,13 @@ def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
         ).all()
         due = []
         for row in idle:
-            if now - utc(row.idle_since) < timedelta(minutes=row.idle_stop_minutes):
-                continue
             until = reserved_until.get((row.provider, row.region, row.instance_type))
             if row.reserved and until is not None and until > now:
                 continue  # prepaid: stopping it saves nothing, keeping it warm saves a boot
-            due.append((row.id, row.provider, row.region, row.cloud_id, row.capacity))
-    for row_id, prov, region, cloud_id, capacity in due:
+            why = _why_stop(ctx, s, row, now)
+            if why is not None:
+                due.append((row.id, row.provider, row.region, row.cloud_id, row.capacity, why))
+    for row_id, prov, region, cloud_id, capacity, why in due:
         provider = ctx.providers.get(prov)
         if provider is None or cloud_id is None:
             continue
@@ -82,10 +85,23 @@ def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
             set_instance(row, I.stopping if can_stop else I.terminating)
             ledger.close_interval(s, row.id, now)
             ledger.record_idle_stop(s, row, now, action)
-            add_event(s, now, "idle_stop", f"idle {row.idle_stop_minutes} min: {action}", instance_id=row.id)
+            add_event(s, now, "idle_stop", f"{why}: {action}", instance_id=row.id)
         report.idle_stopped += 1
-        log.info("idle_stop", instance=row_id, action=action)
+        log.info("idle_stop", instance=row_id, action=action, why=why)
     retire_stopped(ctx, now, report)
+
+
+def _why_stop(ctx: TickContext, s: Session, row: InstanceRow, now: datetime) -> str | None:
+    """Why an idle machine is stopped now, or None while it stays warm."""
+    window = timedelta(minutes=row.idle_stop_minutes)
+    idle_for = now - utc(row.idle_since)
+    if idle_for >= window:
+        return f"idle {row.idle_stop_minutes} min"
+    if row.idle_window != "learned":
+        return None
+    kind = (row.provider, row.region, row.instance_type, row.capacity)
+    verdict = ctx.warm.get(s, kind, now, window, ctx.planner_policy().restart_hours)
+    return None if verdict.keep_warm else f"not kept warm ({verdict.why(window)})"
 
 
 def retire_stopped(ctx: TickContext, now: datetime, report: TickReport) -> None:

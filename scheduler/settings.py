@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     # --- the lifecycle
     tick_seconds: float = Field(default=10.0, gt=0)
     idle_stop_minutes: int = Field(default=10, ge=0)
+    # "learned": a machine whose job did not set policy.idle_stop_minutes stays warm only where
+    # machines of its kind were wanted again soon often enough to pay (scheduler/idle_window.py);
+    # "fixed": always idle_stop_minutes.
+    idle_warm: Literal["learned", "fixed"] = "learned"
     launch_grace_seconds: int = Field(default=120, ge=0)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the

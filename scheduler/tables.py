@@ -131,6 +131,8 @@ class InstanceRow(Base):
     on_demand_amount: Mapped[Decimal] = mapped_column(MONEY)  # per hour, same currency, for savings
     idle_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
     idle_stop_minutes: Mapped[int] = mapped_column(Integer, default=10)
+    # "fixed": warm idle_stop_minutes; "learned": at most that, and only where it pays (idle_window.py).
+    idle_window: Mapped[str] = mapped_column(String(8), default="fixed", server_default="fixed")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     running_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     stopped_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

@@ -13,6 +13,7 @@ from providers.base import (
     Provider,
 )
 from scheduler.clock import Clock
+from scheduler.idle_window import WarmMemo
 from scheduler.models import JobSpec
 from scheduler.offerbook import OfferBook
 from scheduler.perf_learning import RatesMemo
@@ -36,6 +37,7 @@ class TickContext:
     settings: Settings
     offers: OfferBook = field(default_factory=OfferBook)
     rates: RatesMemo = field(default_factory=RatesMemo)  # learned training rates, refreshed on new samples
+    warm: WarmMemo = field(default_factory=WarmMemo)  # whether keeping idle machines warm pays, per kind
     policy: PlannerPolicy | None = None
     # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
     crashpoint: Callable[[str], None] = lambda name: None
