@@ -8,8 +8,10 @@ of ticking through quiet hours, but never sooner than the daemon's own tick
 interval (``tick_seconds``) after the last tick: events closer together are handled
 in one tick, as the daemon would. The tick itself is unchanged. Policies are planner strategies, so every policy shares one code path:
 
-* ``gpusched``: ours.
+* ``gpusched``: ours (the planner's own strategy, and warm time learned per kind of machine).
 * ``on-demand``: everything on-demand, cheapest fitting offer.
+
+The baselines keep every idle machine warm for the configured ``idle_stop_minutes``.
 * ``spot-greedy``: cheapest spot, blind to interruptions; a preempted job resumes.
 * ``skypilot-like``: cheapest spot list price; after a preemption the job starts
   over from scratch elsewhere (what SkyPilot does for code that does not checkpoint).
@@ -93,8 +95,10 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
     with tempfile.TemporaryDirectory() as tmp:
         base = work_dir or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
+        # Learning when a warm machine pays (idle_window.py) is ours; the baselines keep machines
+        # warm for the configured minutes, as the tools and habits they stand for do.
         settings = (settings or Settings(_env_file=None, cluster="sim", sandbox_seed=seed)).model_copy(
-            update={"data_dir": base})
+            update={"data_dir": base, "idle_warm": "learned" if policy == "gpusched" else "fixed"})
         clock = SimClock(subs[0].at)
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
