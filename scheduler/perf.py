@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from typing import NamedTuple
 
 from scheduler.errors import GpuschedError, UserError
@@ -322,56 +322,71 @@ def figures(
     measured: Mapping[tuple[str, str, int], float] | None = None,
 ) -> Figures:
     """``estimate``'s numbers, the same to the bit, as a ``Figures`` tuple instead of an ``Estimate``."""
-    _gpu(gpu)
-    if spec.kind is Kind.train:
-        return _train(spec, gpu, gpu_count, vcpus, epochs_done, nodes, measured or {})
-    if spec.kind is Kind.val:
-        return _val(spec, gpu, gpu_count, vcpus, measured or {})
-    if spec.kind is Kind.infer:
-        return _infer(spec, gpu)
-    return _export(spec, gpu)
+    return figures_for(spec, epochs_done=epochs_done, nodes=nodes, measured=measured)(gpu, gpu_count, vcpus)
 
 
-def _train(
+OnSetup = Callable[[str, int, int], Figures]  # (gpu, gpu_count, vcpus) -> figures
+
+
+def figures_for(
     spec: JobSpec,
-    gpu: str,
-    gpu_count: int,
-    vcpus: int,
-    epochs_done: int,
-    nodes: int,
-    measured: Mapping[tuple[str, str, int], float],
-) -> Figures:
+    *,
+    epochs_done: int = 0,
+    nodes: int = 1,
+    measured: Mapping[tuple[str, str, int], float] | None = None,
+) -> OnSetup:
+    """``figures`` of one job, as a function of the GPU setup: what depends on the job alone (its
+    images, epochs, setup time) is read once for the ~6 setups the planner asks about. The same
+    operations in the same order as one ``figures`` call each, so the same numbers to the bit, and the
+    same errors: an unknown GPU first, then what the job file lacks."""
+    try:
+        if spec.kind is Kind.train:
+            on = _train_for(spec, epochs_done, nodes, measured or {})
+        elif spec.kind is Kind.val:
+            on = _val_for(spec, measured or {})
+        elif spec.kind is Kind.infer:
+            on = _infer_for(spec)
+        else:
+            on = _export_for(spec)
+    except UserError as exc:
+        return partial(_unsized, exc)
+    return on
+
+
+def _unsized(exc: UserError, gpu: str, gpu_count: int, vcpus: int) -> Figures:
+    _gpu(gpu)
+    raise exc
+
+
+def _train_for(spec: JobSpec, epochs_done: int, nodes: int, measured: Mapping[tuple[str, str, int], float]) -> OnSetup:
     train = spec.train or _DEFAULT_TRAIN
     if spec.data is None or spec.data.train_images is None:
         raise UserError("a train job needs data.train_images to be estimated", fix="set data.train_images")
     train_images = spec.data.train_images
     val_images = spec.data.val_images or 0
     epochs_left = max(train.epochs - epochs_done, 0)
-    setting = _train_setting(spec.model, gpu, train.img_size, train.batch, gpu_count, nodes, vcpus,
-                             measured.get((spec.model, gpu, train.img_size)))
-    if setting is None:
-        return _does_not_fit(spec.model, gpu, train.img_size, train_memory_gib(spec.model, 1, train.img_size),
-                             epochs_left=epochs_left, train=True)
-    batch, rate, mem_gib, notes = setting
-    epoch_hours = (train_images / rate + val_images / (rate * _VAL_SPEEDUP)) / 3600
-
+    model, img_size, batch = spec.model, train.img_size, train.batch
     setup = _IMAGE_PULL_HOURS + _download_hours((train_images + val_images) * _BYTES_PER_IMAGE)
     if epochs_done > 0:
-        setup += _checkpoint_hours(spec.model, stripped=False)
+        setup += _checkpoint_hours(model, stripped=False)
     elif train.weights:
-        setup += _checkpoint_hours(spec.model, stripped=True)
-    return Figures(
-        hours=setup + epochs_left * epoch_hours,
-        setup_hours=setup,
-        epoch_hours=epoch_hours,
-        epochs_left=epochs_left,
-        physical_batch=batch,
-        mem_gib=mem_gib,
-        throughput_img_s=rate,
-        fits=True,
-        why_not=None,
-        notes=notes,
-    )
+        setup += _checkpoint_hours(model, stripped=True)
+
+    def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
+        _gpu(gpu)
+        setting = _train_setting(model, gpu, img_size, batch, gpu_count, nodes, vcpus,
+                                 measured.get((model, gpu, img_size)))
+        if setting is None:
+            return _does_not_fit(model, gpu, img_size, train_memory_gib(model, 1, img_size),
+                                 epochs_left=epochs_left, train=True)
+        physical, rate, mem_gib, notes = setting
+        epoch_hours = (train_images / rate + val_images / (rate * _VAL_SPEEDUP)) / 3600
+        # Positional, in Figures' order: hours, setup, epoch hours, epochs left, batch, memory, rate, fits,
+        # why not, notes (keywords cost more than the arithmetic).
+        return Figures(setup + epochs_left * epoch_hours, setup, epoch_hours, epochs_left, physical, mem_gib, rate,
+                       True, None, notes)
+
+    return on
 
 
 @lru_cache(maxsize=4096)  # bounded: measured rates are floats that change as epochs are observed
@@ -401,36 +416,29 @@ def _checkpoint_hours(model: str, *, stripped: bool) -> float:
     return _download_hours(checkpoint_mb(model, stripped=stripped) * 1e6)
 
 
-def _val(
-    spec: JobSpec, gpu: str, gpu_count: int, vcpus: int, measured: Mapping[tuple[str, str, int], float]
-) -> Figures:
+def _val_for(spec: JobSpec, measured: Mapping[tuple[str, str, int], float]) -> OnSetup:
     val = spec.val
     if val is None:
         raise UserError("a val job needs a val: section", fix="add val: {weights: ..., img_size: 640}")
     if spec.data is None or not spec.data.val_images:
         raise UserError("a val job needs data.val_images to be estimated", fix="set data.val_images")
-    setting = _val_setting(spec.model, gpu, val.img_size, val.batch, vcpus,
-                           measured.get((spec.model, gpu, val.img_size)))
-    if setting is None:
-        return _does_not_fit(spec.model, gpu, val.img_size, infer_memory_gib(spec.model, 1, val.img_size))
-    batch, rate, mem_gib = setting
+    model, img_size, batch, images = spec.model, val.img_size, val.batch, spec.data.val_images
     setup = (
         _IMAGE_PULL_HOURS
-        + _download_hours(spec.data.val_images * _BYTES_PER_IMAGE)
-        + _checkpoint_hours(spec.model, stripped=True)
+        + _download_hours(images * _BYTES_PER_IMAGE)
+        + _checkpoint_hours(model, stripped=True)
     )
-    return Figures(
-        hours=setup + spec.data.val_images / rate / 3600,
-        setup_hours=setup,
-        epoch_hours=None,
-        epochs_left=None,
-        physical_batch=batch,
-        mem_gib=mem_gib,
-        throughput_img_s=rate,
-        fits=True,
-        why_not=None,
-        notes=_single_gpu_note(gpu_count, "val.py"),
-    )
+
+    def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
+        _gpu(gpu)
+        setting = _val_setting(model, gpu, img_size, batch, vcpus, measured.get((model, gpu, img_size)))
+        if setting is None:
+            return _does_not_fit(model, gpu, img_size, infer_memory_gib(model, 1, img_size))
+        physical, rate, mem_gib = setting
+        return Figures(setup + images / rate / 3600, setup, None, None, physical, mem_gib, rate, True, None,
+                       _single_gpu_note(gpu_count, "val.py"))  # positional, as in _train_for
+
+    return on
 
 
 @lru_cache(maxsize=4096)  # bounded: measured rates are floats that change as epochs are observed
@@ -461,30 +469,29 @@ def infer_seconds_per_image(model: str, gpu: str, img_size: int = _REF_IMG) -> f
     return gpu_part + _INFER_FIXED_S + _INFER_IO_FLOOR_S
 
 
-def _infer(spec: JobSpec, gpu: str) -> Figures:
+_DETECT_NOTES = ("detect.py runs one image at a time on one GPU; more GPUs do not speed it up",)
+
+
+def _infer_for(spec: JobSpec) -> OnSetup:
     infer: InferSpec | None = spec.infer
     if infer is None:
         raise UserError("an infer job needs an infer: section", fix="add infer: {source: ..., images: ...}")
-    mem, rate = _infer_setting(spec.model, gpu, infer.img_size)
-    if rate is None:
-        return _does_not_fit(spec.model, gpu, infer.img_size, mem)
+    model, img_size, images = spec.model, infer.img_size, infer.images
     setup = (
         _IMAGE_PULL_HOURS
-        + _download_hours(infer.images * _BYTES_PER_IMAGE)
-        + _checkpoint_hours(spec.model, stripped=True)
+        + _download_hours(images * _BYTES_PER_IMAGE)
+        + _checkpoint_hours(model, stripped=True)
     )
-    return Figures(
-        hours=setup + infer.images / rate / 3600,
-        setup_hours=setup,
-        epoch_hours=None,
-        epochs_left=None,
-        physical_batch=None,
-        mem_gib=mem,
-        throughput_img_s=rate,
-        fits=True,
-        why_not=None,
-        notes=("detect.py runs one image at a time on one GPU; more GPUs do not speed it up",),
-    )
+
+    def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
+        _gpu(gpu)
+        mem, rate = _infer_setting(model, gpu, img_size)
+        if rate is None:
+            return _does_not_fit(model, gpu, img_size, mem)
+        return Figures(setup + images / rate / 3600, setup, None, None, None, mem, rate, True, None,
+                       _DETECT_NOTES)  # positional, as in _train_for
+
+    return on
 
 
 @lru_cache(maxsize=4096)
@@ -496,11 +503,17 @@ def _infer_setting(model: str, gpu: str, img_size: int) -> tuple[float, float | 
     return mem, 1 / infer_seconds_per_image(model, gpu, img_size)
 
 
-def _export(spec: JobSpec, gpu: str) -> Figures:
+def _export_for(spec: JobSpec) -> OnSetup:
     export: ExportSpec | None = spec.export
     if export is None:
         raise UserError("an export job needs an export: section", fix="add export: {weights: ..., formats: [onnx]}")
-    return _export_figures(spec.model, export.formats, export.img_size, gpu)
+    model, formats, img_size = spec.model, export.formats, export.img_size
+
+    def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
+        _gpu(gpu)
+        return _export_figures(model, formats, img_size, gpu)
+
+    return on
 
 
 @lru_cache(maxsize=4096)
@@ -573,11 +586,13 @@ __all__ = [
     "VARIANTS",
     "Estimate",
     "Figures",
+    "OnSetup",
     "Variant",
     "checkpoint_mb",
     "cpu_bound_rate",
     "estimate",
     "figures",
+    "figures_for",
     "gpu_bound_rate",
     "infer_memory_gib",
     "infer_seconds_per_image",

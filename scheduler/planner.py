@@ -46,10 +46,9 @@ ranking is exactly the per-candidate one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING
-from itertools import islice
 from typing import Literal, TypeVar
 
 from pydantic import Field
@@ -212,15 +211,15 @@ class _Planning:
     def option(self, pick: Pick, why: str | None = None) -> Option:
         """The ``Option`` a candidate makes (built from fields of the right types: see ``built``)."""
         s, mem, rank = pick
-        g, t = s.group, s.timing
+        t = s.timing
         if why is None:
             blockers = s.blockers(mem, self.job, self.book)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
         hours, interruptions = t.shown
-        return built(Option, {**mem.fields, "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id,
-                              "est_hours": hours, "price_per_hour": s.hourly, "est_cost": self.book.money(s.cost),
-                              "finish_by": t.finish, "expected_interruptions": interruptions,
-                              "physical_batch": t.physical_batch, "feasible": rank == 0, "why": why})
+        return built(Option, {**mem.fields, "est_hours": hours, "price_per_hour": s.hourly,
+                              "est_cost": self.book.money(s.cost), "finish_by": t.finish,
+                              "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
+                              "feasible": rank == 0, "why": why})
 
     def versus(self, pick: Pick, choice: Pick) -> Option:
         """A runner-up; a feasible one says how it compares with the choice."""
@@ -319,9 +318,10 @@ def _decide(p: _Planning) -> tuple[Decision, int | None]:
     if first[2] == 0:
         choice = p.option(first, _choice_why(first, job))
         action: Action = "launch" if choice.source == "new" else "reuse"
-        alternatives = _runners_up(p.ranking.distinct({first[1].shape}), lambda pick: p.versus(pick, first))
+        runners_up = p.ranking.distinct({first[1].shape}, MAX_ALTERNATIVES)
+        alternatives = tuple(p.versus(pick, first) for pick in runners_up)
         return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first[0].group.slot
-    alternatives = _runners_up(p.ranking.distinct(set()), p.option)
+    alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), MAX_ALTERNATIVES))
     if first[2] == 1:  # only transient blockers stand in the way of the best
         return _decision(job, "wait", None, alternatives, _wait_reason(p, first)), None
     return _decision(job, "refuse", None, alternatives, _refusal(p, first)), None
@@ -331,11 +331,6 @@ def _decision(job: PlanJob, action: Action, choice: Option | None, alternatives:
               reason: str) -> Decision:
     return built(Decision, {"job_id": job.id, "action": action, "choice": choice, "alternatives": alternatives,
                             "reason": reason})
-
-
-def _runners_up(distinct: Iterable[Pick], make: Callable[[Pick], Option]) -> tuple[Option, ...]:
-    """The best few, one per cloud, region, type and capacity: other zones of the same type add nothing."""
-    return tuple(make(pick) for pick in islice(distinct, MAX_ALTERNATIVES))
 
 
 def _choice_why(pick: Pick, job: PlanJob) -> str:

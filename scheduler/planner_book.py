@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 Source = Literal["new", "warm", "reserved"]
 
+
 @dataclass(eq=False, slots=True)
 class Member:
     """One candidate of a group: an offer (or a slot's offer) with this group's capacity."""
@@ -36,12 +37,7 @@ class Member:
     sold_out: bool
     tail: tuple  # the sort key after (provider, region): zone, type, capacity, source, instance, gpu, count, seq
     shape: int  # what runners-up show once (provider, region, type, capacity, source, instance), interned
-    fields: dict = field(init=False)  # the offer's part of an Option's fields, read once
-
-    def __post_init__(self) -> None:
-        o = self.offer
-        self.fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
-                       "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count}
+    fields: dict = field(init=False)  # an Option's fields up to instance_id (``Book`` sets them), read once
 
 
 class Line(NamedTuple):
@@ -153,6 +149,11 @@ class Book:
             self.groups.append(g)
         for i, g in enumerate(self.groups):
             g.index = i
+            for mem in g.members:
+                o = mem.offer
+                mem.fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
+                              "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count,
+                              "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id}
             g.members.sort(key=lambda mem: mem.tail)
             g.every = Line.of(g.members)
             g.clean = Line.of([mem for mem in g.members if not mem.sold_out])

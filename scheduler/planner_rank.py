@@ -4,7 +4,7 @@ A ``plan()`` call builds one ``planner_book.Book``: its offers and fleet slots
 folded into ``Group``s of candidates that share every number the planner
 computes (cloud, region, GPU setup, vCPUs, capacity, price, reclaim rate, fleet
 slot) and differ only in zone, instance type and stock. For a job, ``Scorer`` prices each
-matching group once (``perf.figures`` once per GPU setup, or once per GPU for
+matching group once (``perf.figures_for`` once per GPU setup, or once per GPU for
 inference and export, which read nothing else of the setup; hours, finish and
 deadline once per setup x capacity x reclaim rate x start; cost and budget once
 per group), and ``Ranking`` merges the groups' members with a heap into the
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal
 from scheduler.errors import UserError
 from scheduler.models import Capacity, Kind
 from scheduler.money import Money
-from scheduler.perf import GPU_ONLY_KINDS, Figures, figures
+from scheduler.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.planner_book import Book, Filter, Group, Line, Member
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Timing:
     start: datetime
     finish: datetime
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
-    worst: datetime  # spot's bad case: finish after 1.5 x the expected interruptions + 1
+    worst: datetime | None  # spot with a deadline: the bad case, finish after 1.5 x the interruptions + 1
     physical_batch: int | None
     _late_blocker: Blocker | None = None
     _needed: datetime | None = None
@@ -94,13 +94,17 @@ class Timing:
         """The earliest deadline this would meet (the inverse of the deadline check); when usable."""
         if self._needed is None:
             need = now + (self.finish - now) / (1 - safety)
-            self._needed = max(need, self.worst) if self.capacity is Capacity.spot else need
+            if self.capacity is Capacity.spot:
+                assert self.worst is not None  # a job with a deadline
+                need = max(need, self.worst)
+            self._needed = need
         return self._needed
 
     def late_blocker(self, deadline: datetime, now: datetime, safety: float) -> Blocker:
         """The deadline blocker's text (formatting is the slow part, so only for options shown)."""
         if self._late_blocker is None:
             if self.late == "spot_risk":
+                assert self.worst is not None
                 text = ("too risky on spot: a late interruption would miss the deadline by "
                         f"{fmt_hours(self.worst - deadline)}")
             elif self.finish > deadline:
@@ -187,6 +191,8 @@ class Scorer:
     def __init__(self, book: Book, job: PlanJob) -> None:
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
+        self._base: dict[int, Decimal | None] = {}  # est key -> _base_hours
+        self._figures: OnSetup | None = None  # perf.figures_for this job, once it is needed
         self._timings: dict[int, Timing] = {}
         self._scored: list[Scored | None] = [None] * len(book.groups)
         deadline = self._deadline = job.deadline_at
@@ -213,13 +219,16 @@ class Scorer:
         and a bundle of new machines enters as one placeholder (``Lazy``) until the ranking reaches it."""
         matching, heap = self.book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
+        rank = 2 if self.past_deadline else 0  # the best a placeholder's candidates can have
         for bundle in matching:
-            if lazy and bundle[0].slot is None:
-                est = self._estimate(bundle[0])
-                if isinstance(est, Figures) and est.fits and math.isfinite(est.hours):
-                    heap.append(Lazy(bundle).placeholder(self, est.hours))
+            g = bundle[0]
+            if lazy and g.slot is None:
+                hours = self._base_hours(g)
+                if hours is not None:
+                    heap.append(((rank, (True, self._cost_on(g, hours)), ()), -1 - g.index, Lazy(bundle), None,
+                                 None, None))
                     continue
-            t = self._timing(bundle[0])
+            t = self._timing(g)
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
@@ -250,14 +259,26 @@ class Scorer:
         _, mem, r, s = min(heads)
         return s, mem, r
 
+    def _base_hours(self, g: Group) -> Decimal | None:
+        """The estimate's hours as ``Timing.hours_dec`` would read them (before interruptions), when it fits."""
+        key = g.est_keys[self._by_gpu]
+        got = self._base.get(key, False)
+        if got is False:
+            est = self._estimate(g)
+            fits = isinstance(est, Figures) and est.fits and math.isfinite(est.hours)
+            got = self._base[key] = Decimal(repr(est.hours)) if fits else None  # type: ignore[union-attr]
+        return got
+
     def _estimate(self, g: Group) -> Figures | str:
         key = g.est_keys[self._by_gpu]
         est = self._estimates.get(key)
         if est is None:
-            job = self.job
+            if self._figures is None:
+                job = self.job
+                self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
+                                            measured=self.book.measured)
             try:
-                est = figures(job.spec, g.gpu, g.gpu_count, g.vcpus, epochs_done=job.epochs_done,
-                              nodes=self._nodes, measured=self.book.measured)
+                est = self._figures(g.gpu, g.gpu_count, g.vcpus)
             except UserError as exc:  # an unknown GPU, or a job file the model cannot size
                 est = str(exc).replace("\n  fix:", ":")
             self._estimates[key] = est
@@ -294,9 +315,11 @@ class Scorer:
                 worst = base + (k * restart + min(k * lost, base))
         start = book.start_new if g.not_warm else book.now
         finish = start + timedelta(hours=h)
-        worst_at = start + timedelta(hours=worst) if spot else finish  # h == worst off spot
         late: Literal["deadline", "spot_risk"] | None = None
         deadline = self._deadline
+        # Only a deadline reads spot's bad case (below, and Timing.needed): the rest of the time it is not
+        # worth a timedelta.
+        worst_at = start + timedelta(hours=worst) if spot and deadline is not None else None
         if blocker is None and deadline is not None:
             assert self._cutoff is not None
             # Spot must also survive its bad case (interrupted 1.5 x as often as expected, plus
@@ -304,7 +327,7 @@ class Scorer:
             # safety margin covers estimate error; this net covers interruption bad luck.
             if finish > self._cutoff:
                 late = "deadline"
-            elif spot and not book.policy.naive_spot and worst_at > deadline:
+            elif spot and not book.policy.naive_spot and worst_at is not None and worst_at > deadline:
                 late = "spot_risk"
         return Timing(cap, blocker, h, n, Decimal(repr(h)), start, finish, late, worst_at,
                       est.physical_batch if isinstance(est, Figures) else None)
@@ -381,8 +404,9 @@ class Lazy:
     best (0, or 2 once the deadline has passed: ``Scorer.past_deadline``) and the cheapest group's cost
     (``Book.matching`` sorts a bundle by price) on the estimate's hours, which interruptions only add to;
     each step of ``Scorer._cost`` keeps that order. Popped, it gives way to the bundle's candidates
-    (``Scorer._entries``). Placeholders read ((rank, (True, floor), ()), -1 - first group's index, this,
-    None, None, None): candidates have a member index >= 0 second and longer prefixes, so keys never tie.
+    (``Scorer._entries``). Placeholders (``Scorer.rank``) read ((rank, (True, floor), ()), -1 - first group's
+    index, this, None, None, None): candidates have a member index >= 0 second and longer prefixes, so keys
+    never tie.
     Nothing here refers back to the scorer: no reference cycles for the collector to find.
     """
 
@@ -392,10 +416,6 @@ class Lazy:
         self.groups = groups
         self.timing: Timing | None = None
         self._entries: list[tuple] | None = None
-
-    def placeholder(self, sc: Scorer, base_hours: float) -> tuple:
-        floor = sc._cost_on(self.groups[0], Decimal(repr(base_hours)))
-        return (2 if sc.past_deadline else 0, (True, floor), ()), -1 - self.groups[0].index, self, None, None, None
 
     def timed(self, sc: Scorer) -> Timing:
         if self.timing is None:
@@ -462,19 +482,22 @@ class Ranking:
                 heapq.heappop(heap)
             _settle(self.scorer, heap)
 
-    def distinct(self, seen: set[int]) -> Iterator[Pick]:
-        """Best first, skipping any candidate whose ``Member.shape`` is in ``seen``; adds what it yields.
+    def distinct(self, seen: set[int], limit: int) -> list[Pick]:
+        """The best ``limit`` candidates, skipping any whose ``Member.shape`` is in ``seen``; adds theirs.
+        (The runners-up: one per cloud, region, type and capacity, as other zones of a type add nothing.)
 
         Only the first member of each shape in a line can come out (the others' shape is seen by
         then), so the walk takes ``Line.firsts``.
         """
-        heap = self._walk()
+        heap, out, sc = self._walk(), [], self.scorer
         while heap:
             key, i, line, r, g, t = heap[0]
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
-                yield self.scorer.scored(g, t, key[1][1]), ms[i], r
+                out.append((sc.scored(g, t, key[1][1]), ms[i], r))
+                if len(out) == limit:
+                    break
             i += 1
             while i < len(ms) and ms[i].shape in seen:  # its shape came out of another line
                 i += 1
@@ -482,7 +505,9 @@ class Ranking:
                 heapq.heapreplace(heap, ((r, key[1], ms[i].tail), i, line, r, g, t))
             else:
                 heapq.heappop(heap)
-            _settle(self.scorer, heap)
+            if heap and heap[0][1] < 0:
+                _settle(sc, heap)
+        return out
 
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
         """The best candidate whose timing ``keep`` accepts (there must be one): the first such line in
