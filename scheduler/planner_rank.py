@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -223,7 +223,9 @@ class Scorer:
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
-                hours = self._base_hours(g)
+                hours = self._base.get(g.est_keys[self._by_gpu], False)
+                if hours is False:
+                    hours = self._base_hours(g)
                 if hours is not None:
                     heap.append(((rank, (True, self._cost_on(g, hours)), ()), -1 - g.index, Lazy(bundle), None,
                                  None, None))
@@ -329,7 +331,10 @@ class Scorer:
                 late = "deadline"
             elif spot and not book.policy.naive_spot and worst_at is not None and worst_at > deadline:
                 late = "spot_risk"
-        return Timing(cap, blocker, h, n, Decimal(repr(h)), start, finish, late, worst_at,
+        # Off spot, h is the estimate's hours, and _base_hours has them as a Decimal already.
+        hours_dec = Decimal(repr(h)) if spot or blocker is not None else self._base_hours(g)
+        assert hours_dec is not None
+        return Timing(cap, blocker, h, n, hours_dec, start, finish, late, worst_at,
                       est.physical_batch if isinstance(est, Figures) else None)
 
     def _enter(self, g: Group, t: Timing, heap: list[tuple]) -> None:
@@ -341,26 +346,30 @@ class Scorer:
         """
         s = self._scored[g.index]
         if s is None and g.slot is None and not self.job.avoid:
-            heap.extend(self._entries(g, t, self._cost(g, t)))
+            self._add_entries(heap, (g,), t)
             return
         s = s or self.scored(g, t)
         for r, line in s.runs:
             heap.append(((r, s.prefix, line.members[0].tail), 0, line, r, g, t))
 
-    def _entries(self, g: Group, t: Timing, cost: Decimal) -> list[tuple]:
-        """The heap entries of a new machine for a job that avoids nothing: the rank ``Scored._runs``
-        would give each line follows from the timing and the cost alone."""
-        if t.est_blocker is not None:
-            runs = g.runs[3]
-        elif t.late is not None or self._over_budget(cost):
-            runs = g.runs[2]  # structural: late or over budget (a new machine has no reservation to outlast)
-        else:
-            runs = g.runs[0]
-        prefix = (g.not_reserved, cost, g.not_warm, t.finish, g.provider, g.region)  # as Scored.prefix
-        return [((r, prefix, line.members[0].tail), 0, line, r, g, t) for r, line in runs]
-
-    def _over_budget(self, cost: Decimal) -> bool:
-        return self._budget is not None and self._budget_total(cost) > self._budget.amount
+    def _add_entries(self, out: list[tuple], groups: Sequence[Group], t: Timing) -> None:
+        """The heap entries of new machines for a job that avoids nothing, ``groups`` sharing ``t``: the
+        rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
+        for a bundle, as this runs for every group a ranking reaches."""
+        blocked, late, budget = t.est_blocker is not None, t.late is not None, self._budget
+        hours, nodes, finish = t.hours_dec, self._nodes, t.finish
+        for g in groups:
+            hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
+            cost = (hourly.amount * hours).quantize(_CENT, ROUND_HALF_EVEN)  # as _cost_on
+            if blocked:
+                runs = g.runs[3]
+            elif late or (budget is not None and self._budget_total(cost) > budget.amount):
+                runs = g.runs[2]  # structural: late or over budget (a new machine has no reservation to outlast)
+            else:
+                runs = g.runs[0]
+            prefix = (g.not_reserved, cost, g.not_warm, finish, g.provider, g.region)  # as Scored.prefix
+            for r, line in runs:
+                out.append(((r, prefix, line.members[0].tail), 0, line, r, g, t))
 
     def _cost(self, g: Group, t: Timing) -> Decimal:
         return self._cost_on(g, t.hours_dec)
@@ -404,7 +413,7 @@ class Lazy:
     best (0, or 2 once the deadline has passed: ``Scorer.past_deadline``) and the cheapest group's cost
     (``Book.matching`` sorts a bundle by price) on the estimate's hours, which interruptions only add to;
     each step of ``Scorer._cost`` keeps that order. Popped, it gives way to the bundle's candidates
-    (``Scorer._entries``). Placeholders (``Scorer.rank``) read ((rank, (True, floor), ()), -1 - first group's
+    (``Scorer._add_entries``). Placeholders (``Scorer.rank``) read ((rank, (True, floor), ()), -1 - first group's
     index, this, None, None, None): candidates have a member index >= 0 second and longer prefixes, so keys
     never tie.
     Nothing here refers back to the scorer: no reference cycles for the collector to find.
@@ -425,8 +434,8 @@ class Lazy:
     def entries(self, sc: Scorer) -> list[tuple]:
         """The bundle's candidates' heap entries (made once)."""
         if self._entries is None:
-            t = self.timed(sc)
-            self._entries = [entry for g in self.groups for entry in sc._entries(g, t, sc._cost(g, t))]
+            self._entries = []
+            sc._add_entries(self._entries, self.groups, self.timed(sc))
         return self._entries
 
 
