@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS, GpuSpec
+from scheduler.infer_shards import shard_count
 from scheduler.models import ExportSpec, Frozen, InferSpec, JobSpec, Kind, TrainSpec
 
 # --- model variants ---------------------------------------------------------------
@@ -345,7 +346,7 @@ def figures_for(
         elif spec.kind is Kind.val:
             on = _val_for(spec, measured or {})
         elif spec.kind is Kind.infer:
-            on = _infer_for(spec)
+            on = _infer_for(spec, epochs_done)
         else:
             on = _export_for(spec)
     except UserError as exc:
@@ -472,11 +473,18 @@ def infer_seconds_per_image(model: str, gpu: str, img_size: int = _REF_IMG) -> f
 _DETECT_NOTES = ("detect.py runs one image at a time on one GPU; more GPUs do not speed it up",)
 
 
-def _infer_for(spec: JobSpec) -> OnSetup:
+def _infer_for(spec: JobSpec, shards_done: int) -> OnSetup:
+    """Inference runs in shards (``infer_shards``); ``shards_done`` of them are already uploaded.
+
+    A shard is the resumable unit, reported like an epoch: ``epoch_hours`` is one shard's
+    detection time and ``epochs_left`` the shards still to run. Every attempt stages the
+    whole source (setup), whatever is left of it."""
     infer: InferSpec | None = spec.infer
     if infer is None:
         raise UserError("an infer job needs an infer: section", fix="add infer: {source: ..., images: ...}")
     model, img_size, images = spec.model, infer.img_size, infer.images
+    shards = shard_count(images)
+    left = max(0, shards - shards_done)
     setup = (
         _IMAGE_PULL_HOURS
         + _download_hours(images * _BYTES_PER_IMAGE)
@@ -488,7 +496,9 @@ def _infer_for(spec: JobSpec) -> OnSetup:
         mem, rate = _infer_setting(model, gpu, img_size)
         if rate is None:
             return _does_not_fit(model, gpu, img_size, mem)
-        return Figures(setup + images / rate / 3600, setup, None, None, None, mem, rate, True, None,
+        work = images / rate / 3600
+        # ``work * (left / shards)`` is ``work`` itself, to the bit, before any shard is done.
+        return Figures(setup + work * (left / shards), setup, work / shards, left, None, mem, rate, True, None,
                        _DETECT_NOTES)  # positional, as in _train_for
 
     return on

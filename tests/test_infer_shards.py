@@ -165,3 +165,19 @@ def test_a_failing_shard_fails_the_job_and_keeps_the_shards_before_it(store, sim
     detail = _detail(http, job_id)
     assert detail["state"] == "failed" and detail["epochs_done"] == 1
     assert "exit status 4 in shard-001" in (detail["reason"] or "")
+
+
+# --- the estimate: shards are the resumable unit ------------------------------------------
+
+
+def test_an_inference_estimate_counts_the_shards_left():
+    from scheduler import perf
+
+    spec = _spec(200_000)  # 10 shards
+    fresh = perf.estimate(spec, "T4")
+    assert fresh.epochs_left == 10
+    assert fresh.epoch_hours == pytest.approx((fresh.hours - fresh.setup_hours) / 10)
+    resumed = perf.estimate(spec, "T4", epochs_done=7)
+    assert resumed.epochs_left == 3 and resumed.setup_hours == fresh.setup_hours
+    assert resumed.hours == pytest.approx(fresh.setup_hours + 3 * fresh.epoch_hours)
+    assert perf.estimate(spec, "T4", epochs_done=10).hours == pytest.approx(fresh.setup_hours)
