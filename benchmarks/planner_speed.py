@@ -1,6 +1,6 @@
 """Planner time for N queued jobs against M offers (issue 4 target: 10,000 x 2,000 in under 1 s, one core).
 
-Usage:  .venv/bin/python benchmarks/planner_speed.py [--jobs 10000] [--offers 2000] [--fresh]
+Usage:  .venv/bin/python benchmarks/planner_speed.py [--jobs 10000] [--offers 2000] [--fresh] [--gc-freeze]
 
 Jobs come from the stress trace (examples/traces/stress-month.jsonl.gz); offers are the
 bundled catalog, repeated over extra synthetic zones until there are M. Prints one JSON line.
@@ -12,8 +12,15 @@ that just arrived, where few are refused.
 
 Besides wall ``seconds``: ``cpu_seconds`` (this process only: the figure to trust on a
 busy machine) and ``gc_seconds``, the part of the wall time the garbage collector took
-(the ~30 objects each decision keeps alive trigger full collections of the whole heap,
+(the ~21 objects each decision keeps alive trigger full collections of the whole heap,
 the loaded trace included).
+
+Garbage collection is left as any process has it: default thresholds, nothing frozen,
+the trace loaded just before planning (as a daemon tick builds its queue just before
+planning). ``--gc-freeze`` is an experiment, off by default: it calls ``gc.freeze()`` on
+what is loaded before planning, what a daemon or simulator could do once after start-up.
+Neither does today (``scheduler/daemon.py``, ``scheduler/simulate.py``), so a figure
+measured with it is not what ``gpusched`` gets, and BENCHMARKS.md says so where it quotes one.
 """
 
 from __future__ import annotations
@@ -48,12 +55,16 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--offers", type=int, default=2_000)
     ap.add_argument("--fresh", action="store_true", help="every job submitted at now (deadlines from now)")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="experiment: gc.freeze() what is loaded before planning (the daemon does not do this)")
     args = ap.parse_args()
     entries = load_trace(ROOT / "examples" / "traces" / "stress-month.jsonl.gz")[: args.jobs]
     now = max(e.at for e in entries)
     jobs = [PlanJob(id=f"j{i}", spec=e.job, submitted_at=at, deadline_at=e.job.deadline_at(at))
             for i, e in enumerate(entries) for at in (now if args.fresh else e.at,)]
     market = offers(args.offers)
+    if args.gc_freeze:
+        gc.freeze()
     gc_clock = _GcClock()
     gc.callbacks.append(gc_clock)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -61,6 +72,7 @@ def main() -> None:
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.callbacks.remove(gc_clock)
     print(json.dumps({"benchmark": "planner", "jobs": len(jobs), "offers": len(market), "fresh": args.fresh,
+                      "gc_freeze": args.gc_freeze,
                       "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
                       "gc_seconds": round(gc_clock.seconds, 2), "per_job_ms": round(1000 * seconds / len(jobs), 3),
                       "actions": {a: sum(d.action == a for d in decisions) for a in ("launch", "wait", "refuse")}}))

@@ -17,8 +17,10 @@ for a (model, GPU setup, image size, batch, measured rate) -- is cached in the
 ``_*_setting`` functions (bounded ``functools`` caches of pure functions of
 immutable arguments), leaving a few float operations per estimate; they are the
 same operations in the same order as before, so the numbers are the same to the
-bit. The planner takes ``figures``: those numbers as a plain tuple, without
-building and validating an ``Estimate`` model (which costs more than the rest).
+bit. The planner takes ``figures_for``: a job's figures as a function of the GPU
+setup (what depends on the job alone is read once, not once per setup), as a plain
+tuple, without building and validating an ``Estimate`` model (which costs more
+than the rest).
 """
 
 from __future__ import annotations
@@ -424,11 +426,7 @@ def _val_for(spec: JobSpec, measured: Mapping[tuple[str, str, int], float]) -> O
     if spec.data is None or not spec.data.val_images:
         raise UserError("a val job needs data.val_images to be estimated", fix="set data.val_images")
     model, img_size, batch, images = spec.model, val.img_size, val.batch, spec.data.val_images
-    setup = (
-        _IMAGE_PULL_HOURS
-        + _download_hours(images * _BYTES_PER_IMAGE)
-        + _checkpoint_hours(model, stripped=True)
-    )
+    setup = _IMAGE_PULL_HOURS + _download_hours(images * _BYTES_PER_IMAGE) + _checkpoint_hours(model, stripped=True)
 
     def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
         _gpu(gpu)
@@ -485,11 +483,7 @@ def _infer_for(spec: JobSpec, shards_done: int) -> OnSetup:
     model, img_size, images = spec.model, infer.img_size, infer.images
     shards = shard_count(images)
     left = max(0, shards - shards_done)
-    setup = (
-        _IMAGE_PULL_HOURS
-        + _download_hours(images * _BYTES_PER_IMAGE)
-        + _checkpoint_hours(model, stripped=True)
-    )
+    setup = _IMAGE_PULL_HOURS + _download_hours(images * _BYTES_PER_IMAGE) + _checkpoint_hours(model, stripped=True)
 
     def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
         _gpu(gpu)

@@ -37,11 +37,13 @@ its job file asks for spot only (its ``max_restarts`` bounds that elsewhere).
 
 Speed (``planner_rank``): candidates that share every number (same cloud,
 region, GPU setup, price, reclaim rate; other zones and instance types) are
-priced once per job as a group, ``perf.figures`` runs once per GPU setup, and
-a heap yields candidates best first, so only the options a decision carries
-are built, as field dicts that one ``Decision.model_validate`` turns into
-``Option`` models. Reasons read the candidates' numbers, not built options. The
-ranking is exactly the per-candidate one.
+priced once per job as a group, ``perf.figures_for`` reads a job once for all
+its GPU setups, and a heap yields candidates best first, timing and pricing a
+bundle of groups only when the ranking reaches it, so mostly only what a
+decision shows is computed. Options and decisions are built from fields the
+planner typed itself, without validating them again (``built``). Reasons read
+the candidates' numbers, not built options. The ranking is exactly the
+per-candidate one.
 """
 
 from __future__ import annotations

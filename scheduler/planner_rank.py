@@ -3,18 +3,21 @@
 A ``plan()`` call builds one ``planner_book.Book``: its offers and fleet slots
 folded into ``Group``s of candidates that share every number the planner
 computes (cloud, region, GPU setup, vCPUs, capacity, price, reclaim rate, fleet
-slot) and differ only in zone, instance type and stock. For a job, ``Scorer`` prices each
-matching group once (``perf.figures_for`` once per GPU setup, or once per GPU for
-inference and export, which read nothing else of the setup; hours, finish and
-deadline once per setup x capacity x reclaim rate x start; cost and budget once
-per group), and ``Ranking`` merges the groups' members with a heap into the
-planner's order, lazily: a decision needs the best few only, so only those few
-groups (and whatever a refusal's reason looks at) get a full ``Scored``.
+slot) and differ only in zone, instance type and stock. For a job, ``Scorer``
+prices each matching group at most once (``perf.figures_for`` once per GPU setup,
+or once per GPU for inference and export, which read nothing else of the setup;
+hours, finish and deadline once per setup x capacity x reclaim rate x start;
+cost and budget once per group), and ``Ranking`` merges the groups' members with
+a heap into the planner's order, lazily: a decision needs the best few only.
 
-Speed notes (10,000 queued jobs x 2,000 offers is the benchmark): the per-group
-loop (``Scorer._enter``) is the hot path and does only a cost and a rank for a
-new machine; a job whose deadline has passed skips the relaxed-filter hints
-(nothing can be on time, ``Scorer.past_deadline``).
+Speed notes (10,000 queued jobs x 2,000 offers is the benchmark): a bundle of
+new machines (the groups that share a timing) enters the heap as one
+placeholder (``Lazy``), costed from the estimate alone, and is timed and priced
+group by group only when the ranking reaches it: about half the bundles of a
+job never are. Only the few candidates a decision shows get a full ``Scored``
+(new machines for a job that avoids nothing rank from their cost alone,
+``Scorer._add_entries``). A job whose deadline has passed skips the
+relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
 
 The order, as if every candidate were scored and sorted: rank (0 feasible,
 1 only transient blockers, 2 other blockers, 3 memory / estimate blockers),
@@ -49,6 +52,7 @@ BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline
                       "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 _CENT = Decimal("0.01")
+_ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,46 +299,48 @@ class Scorer:
         return t
 
     def _time(self, g: Group) -> Timing:
-        book, cap, spot = self.book, g.capacity, g.capacity is Capacity.spot
         est = self._estimate(g)
-        blocker = None
-        if isinstance(est, str):
-            blocker = Blocker("estimate", est)
-        elif not est.fits or not math.isfinite(est.hours):
-            blocker = Blocker("memory", est.why_not or f"does not fit in {g.gpu} memory")
-        h = worst = n = 0.0
-        if blocker is None:
-            assert isinstance(est, Figures)
-            h = worst = est.hours
-            if spot:
-                n = g.rate * self._nodes * h
-                if self._resumes and est.epoch_hours is not None:
-                    lost = est.epoch_hours / 2  # resumes from the last epoch's checkpoint
-                else:
-                    lost = h / 2  # no checkpoint: on average half the work is redone
-                base, k, restart = h, 1.5 * n + 1, book.policy.restart_hours
-                h = base + (n * restart + min(n * lost, base))
-                worst = base + (k * restart + min(k * lost, base))
-        start = book.start_new if g.not_warm else book.now
+        start = self.book.start_new if g.not_warm else self.book.now
+        if isinstance(est, str) or not est.fits or not math.isfinite(est.hours):
+            return self._cannot_run(g, est, start)
+        spot, deadline = g.capacity is Capacity.spot, self._deadline
+        h = base = est.hours
+        n = 0.0
+        worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
+        if spot:
+            n = g.rate * self._nodes * h
+            if self._resumes and est.epoch_hours is not None:
+                lost = est.epoch_hours / 2  # resumes from the last epoch's checkpoint
+            else:
+                lost = h / 2  # no checkpoint: on average half the work is redone
+            k, restart = 1.5 * n + 1, self.book.policy.restart_hours
+            h = base + (n * restart + min(n * lost, base))
+            if deadline is not None:
+                worst_at = start + timedelta(hours=base + (k * restart + min(k * lost, base)))
+            hours_dec = Decimal(repr(h))
+        else:
+            hours_dec = self._base_hours(g)  # h is the estimate's hours: their Decimal is made already
+            assert hours_dec is not None
         finish = start + timedelta(hours=h)
         late: Literal["deadline", "spot_risk"] | None = None
-        deadline = self._deadline
-        # Only a deadline reads spot's bad case (below, and Timing.needed): the rest of the time it is not
-        # worth a timedelta.
-        worst_at = start + timedelta(hours=worst) if spot and deadline is not None else None
-        if blocker is None and deadline is not None:
+        if deadline is not None:
             assert self._cutoff is not None
             # Spot must also survive its bad case (interrupted 1.5 x as often as expected, plus
             # once more late in the run, the rest run on-demand) by the deadline itself. The
             # safety margin covers estimate error; this net covers interruption bad luck.
             if finish > self._cutoff:
                 late = "deadline"
-            elif spot and not book.policy.naive_spot and worst_at is not None and worst_at > deadline:
+            elif worst_at is not None and not self.book.policy.naive_spot and worst_at > deadline:
                 late = "spot_risk"
-        # Off spot, h is the estimate's hours, and _base_hours has them as a Decimal already.
-        hours_dec = Decimal(repr(h)) if spot or blocker is not None else self._base_hours(g)
-        assert hours_dec is not None
-        return Timing(cap, blocker, h, n, hours_dec, start, finish, late, worst_at,
+        return Timing(g.capacity, None, h, n, hours_dec, start, finish, late, worst_at, est.physical_batch)
+
+    def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
+        """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
+        if isinstance(est, str):
+            blocker = Blocker("estimate", est)
+        else:
+            blocker = Blocker("memory", est.why_not or f"does not fit in {g.gpu} memory")
+        return Timing(g.capacity, blocker, 0.0, 0.0, _ZERO_HOURS, start, start, None, None,
                       est.physical_batch if isinstance(est, Figures) else None)
 
     def _enter(self, g: Group, t: Timing, heap: list[tuple]) -> None:
@@ -519,19 +525,19 @@ class Ranking:
         return out
 
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
-        """The best candidate whose timing ``keep`` accepts (there must be one): the first such line in
-        heap order (its first member is its best), skipping whole bundles whose timing ``keep`` rejects,
-        so only that group is scored in full."""
-        heap = self._heap[:]
-        while True:
-            entry = heapq.heappop(heap)
-            key, i, line, r, g, t = entry
-            if i >= 0:
-                if keep(t):
-                    return self.scorer.scored(g, t, key[1][1]), line.members[0], r
-            elif keep(line.timed(self.scorer)):
-                for e in line.entries(self.scorer):
-                    heapq.heappush(heap, e)
+        """The best candidate whose timing ``keep`` accepts (there must be one): the best such line
+        (its first member is its best), from the heap's entries and those of the placeholders whose
+        timing ``keep`` accepts, so only that group is scored in full. (The heap itself holds no entry
+        twice: placeholders expanded in it are gone from it.)"""
+        sc, found = self.scorer, []
+        for entry in self._heap:
+            if entry[1] >= 0:
+                if keep(entry[5]):
+                    found.append(entry)
+            elif keep(entry[2].timed(sc)):
+                found.extend(entry[2].entries(sc))
+        key, _, line, r, g, t = min(found)
+        return sc.scored(g, t, key[1][1]), line.members[0], r
 
     def first(self) -> Pick | None:
         _settle(self.scorer, self._heap)

@@ -11,8 +11,10 @@ from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS
 from scheduler.models import JobSpec
 from scheduler.perf import (
+    Estimate,
     cpu_bound_rate,
     estimate,
+    figures_for,
     gpu_bound_rate,
     infer_memory_gib,
     needs_gpu,
@@ -279,3 +281,24 @@ def test_a_train_job_without_an_image_count_is_a_user_error() -> None:
     spec = job(data={"uri": "s3://bucket/datasets/helmet"})
     with pytest.raises(UserError, match="data.train_images"):
         estimate(spec, "A10")
+
+
+# --- one job, many GPU setups (what the planner asks) -------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["train", "infer", "val", "export"])
+@pytest.mark.parametrize("done", [0, 3])
+def test_figures_for_one_job_match_estimates_setup_by_setup(kind: str, done: int) -> None:
+    spec = job(kind)
+    on = figures_for(spec, epochs_done=done, nodes=2)
+    for gpu, count, vcpus in [("T4", 1, 8), ("H100", 8, 96), ("T4", 1, 8), ("A10", 4, 4)]:  # T4 again: nothing kept
+        assert Estimate(**on(gpu, count, vcpus)._asdict()) == estimate(spec, gpu, count, vcpus, epochs_done=done,
+                                                                      nodes=2)
+
+
+def test_figures_for_a_job_it_cannot_size_names_an_unknown_gpu_first() -> None:
+    on = figures_for(job(data={"uri": "s3://bucket/datasets/helmet"}))
+    with pytest.raises(UserError, match="unknown GPU 'K80'"):
+        on("K80", 1, 8)
+    with pytest.raises(UserError, match="data.train_images"):
+        on("A10", 1, 8)
