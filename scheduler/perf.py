@@ -376,9 +376,10 @@ def _train_for(spec: JobSpec, epochs_done: int, nodes: int, measured: Mapping[tu
         setup += _checkpoint_hours(model, stripped=True)
 
     def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
-        _gpu(gpu)
+        if gpu not in GPUS:
+            _gpu(gpu)  # raises
         setting = _train_setting(model, gpu, img_size, batch, gpu_count, nodes, vcpus,
-                                 measured.get((model, gpu, img_size)))
+                                 measured.get((model, gpu, img_size)) if measured else None)
         if setting is None:
             return _does_not_fit(model, gpu, img_size, train_memory_gib(model, 1, img_size),
                                  epochs_left=epochs_left, train=True)
@@ -429,8 +430,10 @@ def _val_for(spec: JobSpec, measured: Mapping[tuple[str, str, int], float]) -> O
     setup = _IMAGE_PULL_HOURS + _download_hours(images * _BYTES_PER_IMAGE) + _checkpoint_hours(model, stripped=True)
 
     def on(gpu: str, gpu_count: int, vcpus: int) -> Figures:
-        _gpu(gpu)
-        setting = _val_setting(model, gpu, img_size, batch, vcpus, measured.get((model, gpu, img_size)))
+        if gpu not in GPUS:
+            _gpu(gpu)  # raises
+        setting = _val_setting(model, gpu, img_size, batch, vcpus,
+                               measured.get((model, gpu, img_size)) if measured else None)
         if setting is None:
             return _does_not_fit(model, gpu, img_size, infer_memory_gib(model, 1, img_size))
         physical, rate, mem_gib = setting
