@@ -16,7 +16,10 @@ one instance type pass that test; a month of jobs spread over many types does
 not (on the month trace, 18 of 393 idle starts were followed by a launch of the
 same kind within 10 minutes: 2.7 machine-hours saved for 64 billed).
 
-With fewer than ``MIN_SAMPLES`` idle starts there is no evidence, and the machine
+A kind with fewer than ``MIN_SAMPLES`` idle starts of its own borrows the verdict of
+every kind together (each idle start still matched with launches of its own kind):
+a new instance type is not kept warm on a fleet where nothing ever is. With fewer
+than ``MIN_SAMPLES`` idle starts in all there is no evidence, and the machine
 stays warm for the configured window, as before. A job that sets
 ``policy.idle_stop_minutes`` gets exactly that, and ``GPUSCHED_IDLE_WARM=fixed``
 turns the learning off.
@@ -25,7 +28,8 @@ turns the learning off.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -74,41 +78,50 @@ def judge(idle_starts: Sequence[datetime], launches: Sequence[datetime], window:
                    billed_hours=billed)
 
 
-def verdict_for(s: Session, kind: Kind, now: datetime, window: timedelta, restart_hours: float) -> Verdict:
-    """``judge`` over the store's last ``LOOKBACK``: idle intervals and attempts of this kind."""
-    provider, region, instance_type, capacity = kind
+def pooled(verdicts: Iterable[Verdict]) -> Verdict:
+    """Several kinds' verdicts as one: their counts added up, judged by the same rule."""
+    vs = list(verdicts)
+    starts = sum(v.idle_starts for v in vs)
+    saved, billed = sum(v.saved_hours for v in vs), sum(v.billed_hours for v in vs)
+    return Verdict(keep_warm=starts < MIN_SAMPLES or saved > billed, idle_starts=starts,
+                   wanted_again=sum(v.wanted_again for v in vs), saved_hours=saved, billed_hours=billed)
+
+
+def verdicts(s: Session, now: datetime, window: timedelta, restart_hours: float) -> dict[Kind, Verdict]:
+    """``judge`` for every kind over the store's last ``LOOKBACK``: its idle intervals and attempts."""
     since = now - LOOKBACK
-    starts = s.scalars(
-        select(UsageIntervalRow.start).join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id).where(
-            UsageIntervalRow.kind == "idle", UsageIntervalRow.provider == provider,
-            UsageIntervalRow.region == region, UsageIntervalRow.instance_type == instance_type,
-            UsageIntervalRow.capacity == capacity, UsageIntervalRow.start >= since,
-            InstanceRow.reserved.is_(False))
-    ).all()
-    launches = sorted(s.scalars(
-        select(AttemptRow.created_at).where(
-            AttemptRow.provider == provider, AttemptRow.region == region,
-            AttemptRow.instance_type == instance_type, AttemptRow.capacity == capacity,
-            AttemptRow.created_at >= since)
-    ).all())
-    # An idle start seen now has no future yet: judge only those a whole window old.
-    settled = [t for t in starts if t + window <= now]
-    return judge(settled, launches, window, restart_hours)
+    starts: dict[Kind, list[datetime]] = defaultdict(list)
+    for provider, region, instance_type, capacity, start in s.execute(
+        select(UsageIntervalRow.provider, UsageIntervalRow.region, UsageIntervalRow.instance_type,
+               UsageIntervalRow.capacity, UsageIntervalRow.start)
+        .join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id)
+        .where(UsageIntervalRow.kind == "idle", UsageIntervalRow.start >= since, InstanceRow.reserved.is_(False))
+    ):
+        if start + window <= now:  # an idle start seen now has no future yet: judge those a window old
+            starts[(provider, region, instance_type, capacity)].append(start)
+    launches: dict[Kind, list[datetime]] = defaultdict(list)
+    for provider, region, instance_type, capacity, created in s.execute(
+        select(AttemptRow.provider, AttemptRow.region, AttemptRow.instance_type, AttemptRow.capacity,
+               AttemptRow.created_at).where(AttemptRow.created_at >= since)
+    ):
+        launches[(provider, region, instance_type, capacity)].append(created)
+    return {kind: judge(ts, sorted(launches.get(kind, ())), window, restart_hours) for kind, ts in starts.items()}
 
 
-@dataclass
 class WarmMemo:
-    """One verdict per kind, reused for ``REFRESH``: the reaper asks every tick."""
-
-    verdicts: dict[Kind, tuple[datetime, Verdict]]
+    """Every kind's verdict for one warm window, reused for ``REFRESH``: the reaper asks every tick."""
 
     def __init__(self) -> None:
-        self.verdicts = {}
+        self._at: dict[timedelta, datetime] = {}
+        self._verdicts: dict[timedelta, dict[Kind, Verdict]] = {}
 
     def get(self, s: Session, kind: Kind, now: datetime, window: timedelta, restart_hours: float) -> Verdict:
-        hit = self.verdicts.get(kind)
-        if hit is not None and now - hit[0] < REFRESH:
-            return hit[1]
-        v = verdict_for(s, kind, now, window, restart_hours)
-        self.verdicts[kind] = (now, v)
-        return v
+        at = self._at.get(window)
+        if at is None or not timedelta(0) <= now - at < REFRESH:
+            self._verdicts[window] = verdicts(s, now, window, restart_hours)
+            self._at[window] = now
+        known = self._verdicts[window]
+        own = known.get(kind)
+        if own is not None and own.idle_starts >= MIN_SAMPLES:
+            return own
+        return pooled(known.values())

@@ -84,3 +84,22 @@ def test_fixed_warm_time_and_a_job_s_own_idle_stop_minutes_are_kept(store, sim_c
     w.ctx = w.new_ctx()
     ids += _run_jobs_one_after_another(w, 1, idle_stop_minutes=10)  # the job asks for 10 minutes itself
     assert all(d >= timedelta(minutes=10) for d in _stop_delays(w, ids))
+
+
+def test_kinds_pool_their_history_when_one_has_too_little():
+    from scheduler.idle_window import Verdict, pooled
+
+    few = Verdict(keep_warm=True, idle_starts=2, wanted_again=0, saved_hours=0.0, billed_hours=2 / 6)
+    more = Verdict(keep_warm=True, idle_starts=3, wanted_again=1, saved_hours=0.15, billed_hours=0.3)
+    both = pooled([few, more])
+    assert (both.idle_starts, both.wanted_again, both.keep_warm) == (5, 1, False)
+    assert pooled([few]).keep_warm  # still too little evidence in all
+
+
+def test_a_new_kind_of_machine_borrows_the_fleet_s_history(store, sim_clock):
+    w = World(store, sim_clock)
+    ids = _run_jobs_one_after_another(w, MIN_SAMPLES)  # on-demand machines, never wanted again
+    job_id = w.submit(job_spec(capacity="spot"))  # a kind with no history of its own
+    w.run_until(lambda: w.job(job_id).state == "succeeded")
+    w.run_until(lambda: not any(r.state == "running" for r in w.instances()), limit=60)
+    assert _stop_delays(w, ids + [job_id])[-1] <= timedelta(minutes=1)
