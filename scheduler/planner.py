@@ -17,7 +17,8 @@ The cost model (``planner_rank.Scorer._timing``):
 * hours ``h`` come from ``perf.estimate`` for the GPU, count, vCPUs and nodes.
 * spot: ``n = rate x nodes x h`` expected interruptions (any node's reclaim
   stops a gang job). Each costs ``restart_hours`` plus lost work: half an epoch
-  for training (it resumes from ``last.pt``), half the job for infer / val /
+  for training (it resumes from ``last.pt``), half a shard for inference (it
+  resumes at its first unfinished shard, ``infer_shards``), half the job for val /
   export (they restart from scratch). Lost work in total is capped at ``h``:
   past that the linear model stops meaning anything, and spot has lost anyway.
 * expected hours = ``h + n x restart + min(n x lost, h)``; cost = expected

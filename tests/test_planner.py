@@ -161,12 +161,15 @@ def test_loose_deadline_takes_the_cheapest_spot() -> None:
     [("train", 0.0), ("train", 0.2), ("train", 1.5), ("infer", 0.1), ("infer", 2.0)],
 )
 def test_spot_cost_counts_expected_interruptions(kind: str, rate: float) -> None:
-    """Expected hours = h + n x restart + min(n x lost, h); lost = half an epoch (train) or half the job."""
+    """Expected hours = h + n x restart + min(n x lost, h); lost = half an epoch (train) or half a
+    shard (infer: 200,000 images are 10 shards)."""
     offer = make_offer(spot="0.50 USD", rate=rate)
     job = make_job(kind=kind, images=20_000 if kind == "train" else 200_000)
     est = estimate(job.spec, "A10G", 1, 8)
     n = rate * est.hours
-    lost = est.epoch_hours / 2 if kind == "train" else est.hours / 2
+    lost = est.epoch_hours / 2
+    if kind == "infer":
+        assert est.epochs_left == 10 and close(est.epoch_hours, (est.hours - est.setup_hours) / 10)
     expected = est.hours + n * POLICY.restart_hours + min(n * lost, est.hours)
     spot = find(options_for(job, [offer], [], NOW, POLICY), "g5.xlarge", Capacity.spot)
     assert close(spot.expected_interruptions, n)
