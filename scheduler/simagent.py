@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
 from scheduler import gang, infer_shards, perf
+from scheduler.agent import remote_checkpoint
 from scheduler.agent_reports import report_finished, report_progress
 from scheduler.clock import utc
 from scheduler.models import JobSpec, Kind
@@ -49,7 +50,7 @@ def _resume_uri(spec: JobSpec) -> str | None:
     """What the real agent reports with a unit: the uploaded last.pt, or the labels' prefix."""
     if spec.kind is Kind.infer:
         return infer_shards.output_uri(spec)
-    return f"{spec.data.uri.rstrip('/')}/runs/{spec.name}/weights/last.pt" if spec.data else None
+    return remote_checkpoint(spec)
 
 
 class SimAgents:
