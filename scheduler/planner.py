@@ -33,8 +33,10 @@ a bad run (see there). Budgets count ``PlanJob.spent`` as well.
 Choice: reserved capacity first (no marginal cost), then the lowest expected
 cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
 by priority, deadline, submission and id; each fleet slot goes to one job.
-A job preempted ``max_preemptions_before_on_demand`` times leaves spot, unless
-its job file asks for spot only (its ``max_restarts`` bounds that elsewhere).
+A job leaves spot (``spot_allowed``) once it has been preempted
+``max_preemptions_before_on_demand`` times, or when one more reclaim would leave
+it no restart to spare under its ``max_restarts`` (the job fails past that);
+unless its job file asks for spot only: that choice stands.
 
 Speed (``planner_rank``): candidates that share every number (same cloud,
 region, GPU setup, price, reclaim rate; other zones and instance types) are
@@ -171,7 +173,22 @@ _SPOT, _ON_DEMAND, _RESERVED = (frozenset({c}) for c in (Capacity.spot, Capacity
 _OFF_SPOT, _ANY = frozenset({Capacity.on_demand, Capacity.reserved}), frozenset(Capacity)
 
 
-def _allowed_capacities(wanted: str, preemptions: int, policy: PlannerPolicy) -> frozenset[Capacity]:
+def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy) -> bool:
+    """May a job of capacity ``auto`` go (back) on spot? Not once it has been reclaimed
+    ``max_preemptions_before_on_demand`` times, and not when a reclaim would leave fewer than
+    ``SPARE_RESTARTS`` of its ``max_restarts``: a job lost more than ``max_restarts`` times fails, and
+    on-demand machines are lost too, if rarely. The steering rule asks the same before a move to spot."""
+    if policy.strategy != "gpusched":
+        return policy.naive_spot
+    return preemptions < policy.max_preemptions_before_on_demand and \
+        max_restarts - (preemptions + 1) >= SPARE_RESTARTS
+
+
+SPARE_RESTARTS = 1  # restarts kept for losses that are not reclaims (see ``spot_allowed``)
+
+
+def _allowed_capacities(wanted: str, preemptions: int, max_restarts: int,
+                        policy: PlannerPolicy) -> frozenset[Capacity]:
     if policy.strategy == "on-demand":
         return _ON_DEMAND
     if policy.naive_spot:
@@ -184,16 +201,14 @@ def _allowed_capacities(wanted: str, preemptions: int, policy: PlannerPolicy) ->
         return _ON_DEMAND
     if wanted == "reserved":
         return _RESERVED
-    if preemptions >= policy.max_preemptions_before_on_demand:
-        return _OFF_SPOT
-    return _ANY
+    return _ANY if spot_allowed(preemptions, max_restarts, policy) else _OFF_SPOT
 
 
 def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     spec = job.spec
     res, where = spec.resources, spec.where
     return Filter(res.gpus, res.gpu_count, where.providers, where.regions,
-                  _allowed_capacities(spec.policy.capacity, job.preemptions, policy), res.nodes == 1)
+                  _allowed_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy), res.nodes == 1)
 
 
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
@@ -466,7 +481,7 @@ def _relaxations(job: PlanJob, policy: PlannerPolicy) -> list[tuple[Filter, _Hin
     if spec.resources.gpus is not None:
         out.append((f._replace(gpus=None), lambda o, c: f"allow {o.gpu}"))
     if spec.policy.capacity != "auto":
-        out.append((f._replace(capacities=_allowed_capacities("auto", job.preemptions, policy)),
+        out.append((f._replace(capacities=_allowed_capacities("auto", job.preemptions, spec.policy.max_restarts, policy)),
                     lambda o, c: f"allow {c.value}"))
     if spec.where.regions is not None:
         out.append((f._replace(regions=None), lambda o, c: f"allow region {o.region}"))

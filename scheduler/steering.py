@@ -9,7 +9,9 @@ job fell behind, or on-demand -> spot because spot has been there long enough
 and the slack pays for the trip), the move happens right after a checkpoint:
 the machine is released and the job is planned again on the target capacity,
 resuming from that checkpoint. A move is not a preemption and does not count
-against ``max_restarts``.
+against ``max_restarts``; but no move goes to spot once the planner has taken the
+job off it (``planner.spot_allowed``), or the two would pass it back and forth
+until its reclaims outran ``max_restarts``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from providers.retry import call_with_retry
 from scheduler import ledger, perf
 from scheduler.clock import utc
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
+from scheduler.planner import spot_allowed
 from scheduler.spot_rule import RuleInput, SpotState, decide
 from scheduler.states import (
     ATTEMPT_MOVES,
@@ -130,7 +133,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                              .order_by(AttemptRow.number.desc()).limit(1)).first()
             if job is None or last is None or not (job.epochs_done or job.preemptions):
                 continue
-            if job.preemptions >= ctx.planner_policy().max_preemptions_before_on_demand:
+            if not spot_allowed(job.preemptions, pj.spec.policy.max_restarts, ctx.planner_policy()):
                 continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
             inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
@@ -149,12 +152,12 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         return  # the simulator's baselines do not steer
     offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
     avoided = ctx.offers.avoided(now)
-    window_h = _window_h(ctx, now)
+    window_h, policy = _window_h(ctx, now), ctx.planner_policy()
     with ctx.store.session(write=False) as s:
         # Columns, not rows: every running training job is looked at on every tick.
         rows = s.execute(
             select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
-                   JobRow.updated_at, AttemptRow.number, InstanceRow.id.label("inst_id"), InstanceRow.provider,
+                   JobRow.updated_at, JobRow.preemptions, AttemptRow.number, InstanceRow.id.label("inst_id"), InstanceRow.provider,
                    InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
             .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
             .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
@@ -188,6 +191,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                 target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone
             if (target is SpotState.spot) == on_spot:
                 continue
+            if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy):
+                continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)

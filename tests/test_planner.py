@@ -23,10 +23,12 @@ from scheduler.planner import (
     Decision,
     FleetSlot,
     Option,
+    SPARE_RESTARTS,
     PlanJob,
     PlannerPolicy,
     options_for,
     plan,
+    spot_allowed,
 )
 
 NOW = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
@@ -76,12 +78,13 @@ def make_spec(
     nodes: int = 1,
     providers: tuple[str, ...] | None = None,
     regions: tuple[str, ...] | None = None,
+    max_restarts: int = 10,
 ) -> JobSpec:
     raw: dict = {
         "name": "job", "team": "vision", "kind": kind, "model": model,
         "resources": {"gpus": gpus, "gpu_count": gpu_count, "nodes": nodes},
         "where": {"providers": providers, "regions": regions},
-        "policy": {"capacity": capacity, "budget": budget, "priority": priority},
+        "policy": {"capacity": capacity, "budget": budget, "priority": priority, "max_restarts": max_restarts},
     }
     if kind == "train":
         raw["data"] = {"uri": "s3://bucket/data", "train_images": images, "val_images": images // 10}
@@ -479,18 +482,36 @@ def test_offers_in_different_currencies_compare_through_fx(usd_rate: str, curren
 
 
 @pytest.mark.parametrize(
-    ("preemptions", "capacity", "expected"),
-    [(0, "auto", Capacity.spot), (5, "auto", Capacity.spot), (6, "auto", Capacity.on_demand),
-     (9, "auto", Capacity.on_demand), (6, "spot", Capacity.spot)],  # an explicit spot-only job keeps spot
+    ("preemptions", "max_restarts", "capacity", "expected"),
+    [
+        (0, 10, "auto", Capacity.spot), (5, 10, "auto", Capacity.spot),
+        (6, 10, "auto", Capacity.on_demand), (9, 10, "auto", Capacity.on_demand),  # reclaimed too often
+        (6, 10, "spot", Capacity.spot), (9, 10, "spot", Capacity.spot),  # an explicit spot-only job keeps spot
+        # A reclaim must leave a restart to spare (a job lost max_restarts + 1 times fails):
+        (3, 5, "auto", Capacity.spot), (4, 5, "auto", Capacity.on_demand), (5, 5, "auto", Capacity.on_demand),
+        (0, 2, "auto", Capacity.spot), (1, 2, "auto", Capacity.on_demand),
+        (0, 1, "auto", Capacity.on_demand), (0, 0, "auto", Capacity.on_demand),
+        (0, 0, "spot", Capacity.spot),
+    ],
 )
-def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, capacity: str, expected: Capacity) -> None:
+def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, max_restarts: int, capacity: str,
+                                                  expected: Capacity) -> None:
     assert PlannerPolicy().max_preemptions_before_on_demand == 6  # the table below is written for it
+    assert SPARE_RESTARTS == 1
     offer = make_offer(od="1.00 USD", spot="0.30 USD")
-    job = make_job(preemptions=preemptions, capacity=capacity)
+    job = make_job(preemptions=preemptions, capacity=capacity, max_restarts=max_restarts)
     d = decide(job, [offer])
     assert d.choice is not None and d.choice.capacity is expected
+    if capacity == "auto":  # the steering rule asks spot_allowed before a move to spot
+        assert spot_allowed(preemptions, max_restarts, POLICY) is (expected is Capacity.spot)
     if expected is Capacity.on_demand:
         assert all(o.capacity is not Capacity.spot for o in options_for(job, [offer], [], NOW, POLICY))
+
+
+@pytest.mark.parametrize("strategy", ["on-demand", "spot-greedy", "skypilot-like"])
+def test_baselines_ignore_the_restart_budget(strategy: str) -> None:
+    policy = PlannerPolicy(strategy=strategy)
+    assert spot_allowed(9, 2, policy) is policy.naive_spot
 
 
 def test_an_offer_with_a_gpu_the_model_does_not_know_is_skipped_not_fatal() -> None:
