@@ -33,10 +33,12 @@ a bad run (see there). Budgets count ``PlanJob.spent`` as well.
 Choice: reserved capacity first (no marginal cost), then the lowest expected
 cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
 by priority, deadline, submission and id; each fleet slot goes to one job.
-A job leaves spot (``spot_allowed``) once it has been preempted
-``max_preemptions_before_on_demand`` times, or when one more reclaim would leave
-it no restart to spare under its ``max_restarts`` (the job fails past that);
-unless its job file asks for spot only: that choice stands.
+A job leaves spot (``spot_allowed``) when one more reclaim would leave it no
+restart to spare under its ``max_restarts`` (the job fails past that), or once
+it has been preempted ``max_preemptions_before_on_demand`` times where that cap
+is set; unless its job file asks for spot only: that choice stands. The job's own
+``max_restarts`` is the bound by default: a flat cap of 6 cost 5% more on the
+month trace (jobs that would have finished on spot finished on on-demand).
 
 Speed (``planner_rank``): candidates that share every number (same cloud,
 region, GPU setup, price, reclaim rate; other zones and instance types) are
@@ -105,7 +107,7 @@ class PlannerPolicy(Frozen):
     boot_hours: float = Field(default=0.05, ge=0)  # launch -> running
     restart_hours: float = Field(default=0.15, ge=0)  # after a spot reclaim: boot + image pull + data/checkpoint
     deadline_safety: float = Field(default=0.1, ge=0, lt=1)  # finish with this share of the remaining time spare
-    max_preemptions_before_on_demand: int = Field(default=6, ge=0)
+    max_preemptions_before_on_demand: int | None = Field(default=None, ge=0)  # None: max_restarts decides
     # Baselines for `gpusched simulate`: "on-demand" (everything on-demand, cheapest fitting),
     # "spot-greedy" / "skypilot-like" (cheapest spot list price, blind to interruptions).
     strategy: Literal["gpusched", "on-demand", "spot-greedy", "skypilot-like"] = "gpusched"
@@ -174,14 +176,15 @@ _OFF_SPOT, _ANY = frozenset({Capacity.on_demand, Capacity.reserved}), frozenset(
 
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy) -> bool:
-    """May a job of capacity ``auto`` go (back) on spot? Not once it has been reclaimed
-    ``max_preemptions_before_on_demand`` times, and not when a reclaim would leave fewer than
-    ``SPARE_RESTARTS`` of its ``max_restarts``: a job lost more than ``max_restarts`` times fails, and
-    on-demand machines are lost too, if rarely. The steering rule asks the same before a move to spot."""
+    """May a job of capacity ``auto`` go (back) on spot? Not when a reclaim would leave fewer than
+    ``SPARE_RESTARTS`` of its ``max_restarts`` (a job lost more than ``max_restarts`` times fails, and
+    on-demand machines are lost too, if rarely), nor once it has been reclaimed
+    ``max_preemptions_before_on_demand`` times where the policy sets that. The steering rule asks the
+    same before a move to spot, so the two never pass a job back and forth."""
     if policy.strategy != "gpusched":
         return policy.naive_spot
-    return preemptions < policy.max_preemptions_before_on_demand and \
-        max_restarts - (preemptions + 1) >= SPARE_RESTARTS
+    cap = policy.max_preemptions_before_on_demand
+    return (cap is None or preemptions < cap) and max_restarts - (preemptions + 1) >= SPARE_RESTARTS
 
 
 SPARE_RESTARTS = 1  # restarts kept for losses that are not reclaims (see ``spot_allowed``)

@@ -482,30 +482,33 @@ def test_offers_in_different_currencies_compare_through_fx(usd_rate: str, curren
 
 
 @pytest.mark.parametrize(
-    ("preemptions", "max_restarts", "capacity", "expected"),
+    ("preemptions", "max_restarts", "cap", "capacity", "expected"),
     [
-        (0, 10, "auto", Capacity.spot), (5, 10, "auto", Capacity.spot),
-        (6, 10, "auto", Capacity.on_demand), (9, 10, "auto", Capacity.on_demand),  # reclaimed too often
-        (6, 10, "spot", Capacity.spot), (9, 10, "spot", Capacity.spot),  # an explicit spot-only job keeps spot
         # A reclaim must leave a restart to spare (a job lost max_restarts + 1 times fails):
-        (3, 5, "auto", Capacity.spot), (4, 5, "auto", Capacity.on_demand), (5, 5, "auto", Capacity.on_demand),
-        (0, 2, "auto", Capacity.spot), (1, 2, "auto", Capacity.on_demand),
-        (0, 1, "auto", Capacity.on_demand), (0, 0, "auto", Capacity.on_demand),
-        (0, 0, "spot", Capacity.spot),
+        (0, 10, None, "auto", Capacity.spot), (8, 10, None, "auto", Capacity.spot),
+        (9, 10, None, "auto", Capacity.on_demand), (10, 10, None, "auto", Capacity.on_demand),
+        (3, 5, None, "auto", Capacity.spot), (4, 5, None, "auto", Capacity.on_demand),
+        (0, 2, None, "auto", Capacity.spot), (1, 2, None, "auto", Capacity.on_demand),
+        (0, 1, None, "auto", Capacity.on_demand), (0, 0, None, "auto", Capacity.on_demand),
+        # an explicit spot-only job keeps spot
+        (9, 10, None, "spot", Capacity.spot), (0, 0, None, "spot", Capacity.spot), (7, 10, 6, "spot", Capacity.spot),
+        # a policy's flat cap on reclaims, where set, comes first
+        (5, 10, 6, "auto", Capacity.spot), (6, 10, 6, "auto", Capacity.on_demand),
+        (4, 5, 6, "auto", Capacity.on_demand), (0, 10, 0, "auto", Capacity.on_demand),
     ],
 )
-def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, max_restarts: int, capacity: str,
-                                                  expected: Capacity) -> None:
-    assert PlannerPolicy().max_preemptions_before_on_demand == 6  # the table below is written for it
-    assert SPARE_RESTARTS == 1
+def test_repeated_preemptions_move_a_job_off_spot(preemptions: int, max_restarts: int, cap: int | None,
+                                                  capacity: str, expected: Capacity) -> None:
+    assert SPARE_RESTARTS == 1  # the table is written for it
+    policy = PlannerPolicy(max_preemptions_before_on_demand=cap)
     offer = make_offer(od="1.00 USD", spot="0.30 USD")
     job = make_job(preemptions=preemptions, capacity=capacity, max_restarts=max_restarts)
-    d = decide(job, [offer])
+    d = decide(job, [offer], policy=policy)
     assert d.choice is not None and d.choice.capacity is expected
     if capacity == "auto":  # the steering rule asks spot_allowed before a move to spot
-        assert spot_allowed(preemptions, max_restarts, POLICY) is (expected is Capacity.spot)
+        assert spot_allowed(preemptions, max_restarts, policy) is (expected is Capacity.spot)
     if expected is Capacity.on_demand:
-        assert all(o.capacity is not Capacity.spot for o in options_for(job, [offer], [], NOW, POLICY))
+        assert all(o.capacity is not Capacity.spot for o in options_for(job, [offer], [], NOW, policy))
 
 
 @pytest.mark.parametrize("strategy", ["on-demand", "spot-greedy", "skypilot-like"])
