@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import posixpath
 
-from scheduler.models import JobSpec, Kind
+from scheduler.models import JobSpec, Kind, TrainSpec
 
 SHARD_IMAGES = 20_000  # images per shard, about
 MAX_SHARDS = 20
@@ -40,6 +40,20 @@ def shards_of(spec: JobSpec) -> int | None:
     if spec.kind is not Kind.infer or spec.infer is None:
         return None
     return shard_count(spec.infer.images)
+
+
+# Kinds whose finished work survives a reclaim: epochs (last.pt) and inference shards.
+RESUMABLE_KINDS = frozenset({Kind.train, Kind.infer})
+
+
+def work_units(spec: JobSpec) -> int | None:
+    """Units of resumable work (``jobs.epochs_total``): epochs for training, shards for inference;
+    None for kinds that run in one piece."""
+    if spec.kind is Kind.infer:
+        return shards_of(spec)
+    if spec.kind is not Kind.train:
+        return None
+    return (spec.train or TrainSpec()).epochs
 
 
 def shard_bounds(files: int, shards: int, index: int) -> tuple[int, int]:

@@ -40,9 +40,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import TYPE_CHECKING, Literal
 
 from scheduler.errors import UserError
-from scheduler.models import Capacity, Kind
+from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
+from scheduler.infer_shards import RESUMABLE_KINDS
 from scheduler.planner_book import Book, Filter, Group, Line, Member
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
                       "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
-# Kinds whose finished work survives a reclaim: epochs (last.pt) and inference shards (infer_shards).
-_RESUMABLE = frozenset({Kind.train, Kind.infer})
 _CENT = Decimal("0.01")
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 
@@ -202,7 +201,7 @@ class Scorer:
         self._timings: dict[int, Timing] = {}
         self._scored: list[Scored | None] = [None] * len(book.groups)
         deadline = self._deadline = job.deadline_at
-        self._resumes = job.spec.kind in _RESUMABLE  # from its last checkpoint (epoch or shard), after a reclaim
+        self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
         # A finish after this leaves less than deadline_safety of the remaining time spare.
         self._cutoff = None if deadline is None else \
             deadline - book.policy.deadline_safety * max(deadline - book.now, timedelta(0))

@@ -18,9 +18,9 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from scheduler.clock import Clock, utc
 from scheduler.errors import GpuschedError, JobFileError, NotFoundError, UserError
-from scheduler.infer_shards import shards_of
+from scheduler.infer_shards import work_units
 from scheduler.jobfile import submit_problems
-from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
+from scheduler.models import Frozen, JobSpec, Kind
 from scheduler.money import Money
 from scheduler.states import JOB_MOVES, JOB_TERMINAL, InstanceRowState, JobState, move
 from scheduler.store import Store, add_event, new_id
@@ -171,15 +171,6 @@ def resolve_deadline(spec: JobSpec, now: datetime) -> JobSpec:
     return spec.model_copy(update={"policy": policy})
 
 
-def _epochs_total(spec: JobSpec) -> int | None:
-    """Units of resumable work: epochs for training, shards for inference (``infer_shards``)."""
-    if spec.kind is Kind.infer:
-        return shards_of(spec)
-    if spec.kind is not Kind.train:
-        return None
-    return (spec.train or TrainSpec()).epochs
-
-
 def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None) -> JobView:
     """Queue a job. Raises JobFileError when the job cannot be accepted now (e.g. a past deadline).
 
@@ -209,7 +200,7 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: rando
         attempt=0,
         preemptions=0,
         epochs_done=0,
-        epochs_total=_epochs_total(spec),
+        epochs_total=work_units(spec),
         updated_at=now,
     )
     with store.session() as s:

@@ -36,16 +36,6 @@ EndedAt = Callable[[str, str], datetime | None]
 
 
 # Kinds whose progress survives a reclaim: training (epochs, last.pt) and inference (shards).
-_RESUMABLE = frozenset({Kind.train, Kind.infer})
-
-
-def _units(spec: JobSpec) -> int:
-    """The job's units of resumable work: epochs or inference shards."""
-    if spec.kind is Kind.train:
-        return spec.train.epochs if spec.train else 0
-    return infer_shards.shards_of(spec) or 1
-
-
 def _resume_uri(spec: JobSpec) -> str | None:
     """What the real agent reports with a unit: the uploaded last.pt, or the labels' prefix."""
     if spec.kind is Kind.infer:
@@ -149,8 +139,8 @@ class SimAgents:
                 # jumps to), never on float hours: those can land a hair short of the last epoch at
                 # exactly that moment, and with no later event the job would idle on until an
                 # unrelated tick.
-                if spec.kind in _RESUMABLE and est.epoch_hours:
-                    total = _units(spec)
+                if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
+                    total = infer_shards.work_units(spec) or 1
                     epoch_h = est.epoch_hours * factor
                     finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
                     self._finish_at[(r.job_id, r.number)] = finish_at
