@@ -66,7 +66,10 @@ from scheduler.planner_rank import Book, Filter, Group, Member, Pick, Scored, Sc
 from scheduler.planner_rank import fmt_hours as _hours
 from scheduler.planner_rank import fmt_time as _fmt_time
 
-MAX_ALTERNATIVES = 8
+# Runners-up a decision keeps (the daemon stores them with the job: ``GET /jobs/{id}``; ``gpusched
+# plan`` lists every option). Each costs an ``Option`` and a comparison sentence: eight of them were
+# 40% of a 10,000-job plan (BENCHMARKS.md, planner v5).
+MAX_ALTERNATIVES = 3
 
 Source = Literal["new", "warm", "reserved"]
 Measured = Mapping[tuple[str, str, int], float]  # perf.estimate's measured rates: (model, gpu, img_size) -> img/s
@@ -282,8 +285,10 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
          policy: PlannerPolicy, *, measured: Measured | None = None,
-         team_budgets: Mapping[str, TeamBudget] | None = None) -> list[Decision]:
-    """One decision per job, in planning order (priority desc, deadline asc, submitted asc, id).
+         team_budgets: Mapping[str, TeamBudget] | None = None,
+         alternatives: int = MAX_ALTERNATIVES) -> list[Decision]:
+    """One decision per job, in planning order (priority desc, deadline asc, submitted asc, id),
+    each with up to ``alternatives`` runners-up (one zone per instance type and capacity).
 
     Each fleet slot goes to at most one job: the first in planning order that
     chooses it; later jobs see it as held. ``measured`` passes learned training
@@ -296,7 +301,7 @@ def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Fleet
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
     for job in sorted(jobs, key=_planning_order):
-        decision, slot = _decide(_Planning(job, book))
+        decision, slot = _decide(_Planning(job, book), alternatives)
         budget = (team_budgets or {}).get(job.spec.team)
         if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
             decision, fits = _within_team_budget(decision, job.spec.team, budget, left, policy.fx)
@@ -333,7 +338,7 @@ def _planning_order(job: PlanJob) -> tuple:
 # --- decisions --------------------------------------------------------------------
 
 
-def _decide(p: _Planning) -> tuple[Decision, int | None]:
+def _decide(p: _Planning, limit: int) -> tuple[Decision, int | None]:
     job = p.job
     first = p.ranking.first()
     if first is None:
@@ -345,10 +350,10 @@ def _decide(p: _Planning) -> tuple[Decision, int | None]:
     if first[2] == 0:
         choice = p.option(first, _choice_why(first, job))
         action: Action = "launch" if choice.source == "new" else "reuse"
-        runners_up = p.ranking.distinct({first[1].shape}, MAX_ALTERNATIVES)
+        runners_up = p.ranking.distinct({first[1].shape}, limit)
         alternatives = tuple(p.versus(pick, first) for pick in runners_up)
         return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first[0].group.slot
-    alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), MAX_ALTERNATIVES))
+    alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), limit))
     if first[2] == 1:  # only transient blockers stand in the way of the best
         return _decision(job, "wait", None, alternatives, _wait_reason(p, first)), None
     return _decision(job, "refuse", None, alternatives, _refusal(p, first)), None

@@ -505,6 +505,8 @@ class Ranking:
         Only the first member of each shape in a line can come out (the others' shape is seen by
         then), so the walk takes ``Line.firsts``.
         """
+        if limit <= 0:
+            return []
         heap, out, sc = self._walk(), [], self.scorer
         while heap:
             key, i, line, r, g, t = heap[0]

@@ -386,7 +386,7 @@ def test_blocked_cheapest_falls_back_to_the_next_best(blocker: str) -> None:
 def test_everything_blocked_by_stock_means_wait(stock: Stock, avoid_all: bool, words: str) -> None:
     offers = [make_offer(t, od_stock=stock, spot_stock=stock) for t in ("a.large", "b.large")]
     avoid = frozenset(f"{o.key}|{c}" for o in offers for c in ("spot", "on-demand")) if avoid_all else frozenset()
-    d = decide(make_job(deadline_h=48, avoid=avoid), offers)
+    [d] = plan([make_job(deadline_h=48, avoid=avoid)], offers, [], NOW, POLICY, alternatives=8)
     assert d.action == "wait" and d.choice is None
     assert words in d.reason
     assert len(d.alternatives) == 4 and all(o.why == words for o in d.alternatives)
@@ -598,9 +598,9 @@ def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: i
 def test_alternatives_are_sorted_and_keep_the_infeasible_with_their_why() -> None:
     _, offers, fleet = _market()
     job = make_job("z", deadline_h=1.2, budget="30 CNY")
-    d = decide(job, offers, fleet)
+    [d] = plan([job], offers, fleet, NOW, POLICY, alternatives=8)
     assert d.choice is not None and d.choice not in d.alternatives
-    assert 0 < len(d.alternatives) <= MAX_ALTERNATIVES
+    assert 0 < len(d.alternatives) <= 8
     flags = [o.feasible for o in d.alternatives]
     assert flags == sorted(flags, reverse=True)  # feasible first
     feasible = [o for o in d.alternatives if o.feasible]
@@ -610,6 +610,17 @@ def test_alternatives_are_sorted_and_keep_the_infeasible_with_their_why() -> Non
     infeasible = [o for o in d.alternatives if not o.feasible]
     assert infeasible and all(o.why and not o.why.startswith("feasible") for o in infeasible)
     assert any("sold out" in o.why for o in options_for(job, offers, fleet, NOW, POLICY))
+
+
+@pytest.mark.parametrize("limit", [0, 1, 2, MAX_ALTERNATIVES, 8])
+def test_a_decision_keeps_at_most_the_runners_up_asked_for(limit: int) -> None:
+    _, offers, fleet = _market()
+    job = make_job("z", deadline_h=1.2, budget="30 CNY")
+    [everything] = plan([job], offers, fleet, NOW, POLICY, alternatives=50)
+    [d] = plan([job], offers, fleet, NOW, POLICY, alternatives=limit)
+    assert d.choice == everything.choice and d.reason == everything.reason
+    assert d.alternatives == everything.alternatives[:limit]  # the best ones, in the same order
+    assert len(everything.alternatives) > 8
 
 
 def test_options_for_puts_plans_choice_first() -> None:
