@@ -64,11 +64,6 @@ class SimAgents:
         rng = random.Random(f"{self.seed}:{job_id}:{gpu}")
         return math.exp(rng.gauss(0.0, self.spread))
 
-    def _estimate(self, job: JobRow, inst: InstanceRow, start_epoch: int) -> tuple[JobSpec, perf.Estimate]:
-        spec = self._spec(job.id, job.spec_json)
-        return spec, self._estimate_for(spec, job.id, inst.provider, inst.instance_type, inst.gpu, inst.gpu_count,
-                                        start_epoch)
-
     def _spec(self, job_id: str, spec_json: dict | None = None, s: Session | None = None) -> JobSpec:
         spec = self._specs.get(job_id)
         if spec is None:

@@ -35,7 +35,7 @@ from scheduler import lifecycle, service
 from scheduler.clock import SimClock, utc
 from scheduler.errors import JobFileError
 from scheduler.models import Frozen, JobSpec
-from scheduler.money import Money, total
+from scheduler.money import Money
 from scheduler.planner import PlannerPolicy
 from scheduler.runtime import build_sandbox
 from scheduler.settings import Settings
@@ -177,49 +177,73 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
                span: timedelta, ticks: int, wall: float, lower_bound: Money | None, agents: SimAgents,
                ctx: TickContext) -> SimSummary:
+    """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory."""
     cur, fx = settings.report_currency, settings.fx
+    zero = Money.zero(cur)
+    by_cap = {cap: zero for cap in ("spot", "on-demand", "reserved")}
+    spent, on_demand, idle_h = zero, zero, Decimal(0)
     with store.session(write=False) as s:
-        costs = s.scalars(select(CostRecordRow)).all()
-        jobs = s.scalars(select(JobRow)).all()
-        preempted = s.execute(
-            select(AttemptRow, InstanceRow, JobRow)
-            .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
-            .join(JobRow, JobRow.id == AttemptRow.job_id)
-            .where(AttemptRow.state == "preempted")
-        ).all()
-        lost = Decimal(0)
-        for attempt, inst, job in preempted:
-            if attempt.started_at is None or attempt.ended_at is None:
-                continue
-            ran_h = (utc(attempt.ended_at) - utc(attempt.started_at)).total_seconds() / 3600
-            kept_h = 0.0
-            if ctx.resume_after_preemption and job.kind in ("train", "infer") and attempt.end_epoch is not None:
-                _, est = agents._estimate(job, inst, attempt.start_epoch)
-                if est.epoch_hours:
-                    factor = agents.true_factor(job.id, inst.gpu)
-                    kept_h = (attempt.end_epoch - attempt.start_epoch) * est.epoch_hours * factor
-            lost += Decimal(repr(max(0.0, ran_h - kept_h) * inst.gpu_count))
-
-    def money(rows, attr="amount") -> Money:
-        return total((Money(amount=getattr(r, attr), currency=r.currency) for r in rows), cur, fx)
-
-    by_cap = {cap: money([c for c in costs if c.capacity == cap]).quantize().amount
-              for cap in ("spot", "on-demand", "reserved")}
-    misses = sum(
-        1 for j in jobs if j.deadline_at is not None
-        and (j.state != "succeeded" or j.finished_at is None or utc(j.finished_at) > utc(j.deadline_at))
-    )
+        costs = select(CostRecordRow.amount, CostRecordRow.on_demand_amount, CostRecordRow.currency,
+                       CostRecordRow.capacity, CostRecordRow.kind, CostRecordRow.hours)
+        for amount, od_amount, currency, capacity, kind, hours in _streamed(s, costs):
+            money = _in(cur, fx, amount, currency)
+            spent, by_cap[capacity] = spent + money, by_cap[capacity] + money
+            on_demand = on_demand + _in(cur, fx, od_amount, currency)
+            if kind == "idle":
+                idle_h += hours
+        states: dict[str, int] = {}
+        misses = interruptions = 0
+        jobs = select(JobRow.state, JobRow.deadline_at, JobRow.finished_at, JobRow.preemptions)
+        for state, deadline_at, finished_at, preemptions in _streamed(s, jobs):
+            states[state] = states.get(state, 0) + 1
+            interruptions += preemptions
+            misses += deadline_at is not None and (
+                state != "succeeded" or finished_at is None or utc(finished_at) > utc(deadline_at))
+        lost = _lost_gpu_hours(s, agents, ctx)
     return SimSummary(
         policy=policy, seed=seed, jobs=n, rejected=rejected,
-        succeeded=sum(j.state == "succeeded" for j in jobs), failed=sum(j.state == "failed" for j in jobs),
-        unfinished=sum(j.state not in ("succeeded", "failed", "cancelled") for j in jobs),
-        currency=cur, total_cost=money(costs).quantize().amount,
-        on_demand_equivalent_cost=money(costs, "on_demand_amount").quantize().amount,
+        succeeded=states.get("succeeded", 0), failed=states.get("failed", 0),
+        unfinished=sum(k for state, k in states.items() if state not in ("succeeded", "failed", "cancelled")),
+        currency=cur, total_cost=spent.quantize().amount,
+        on_demand_equivalent_cost=on_demand.quantize().amount,
         lower_bound_cost=lower_bound.quantize().amount if lower_bound is not None else None,
-        deadline_misses=misses, interruptions=sum(j.preemptions for j in jobs),
-        lost_gpu_hours=lost.quantize(Decimal("0.01")),
-        idle_hours=sum((c.hours for c in costs if c.kind == "idle"), Decimal(0)).quantize(Decimal("0.01")),
-        cost_by_capacity=by_cap, simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks,
-        wall_seconds=round(wall, 2),
+        deadline_misses=misses, interruptions=interruptions,
+        lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=idle_h.quantize(Decimal("0.01")),
+        cost_by_capacity={cap: m.quantize().amount for cap, m in by_cap.items()},
+        simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
     )
 
+
+def _streamed(s, stmt):
+    return s.execute(stmt.execution_options(yield_per=5000))
+
+
+def _in(cur: str, fx, amount: Decimal, currency: str) -> Money:
+    m = Money(amount=amount, currency=currency)
+    return m if currency == cur else fx.convert(m, cur)
+
+
+def _lost_gpu_hours(s, agents: SimAgents, ctx: TickContext) -> Decimal:
+    """GPU-hours of reclaimed attempts that no checkpoint kept (epochs or shards finished count as kept)."""
+    lost = Decimal(0)
+    preempted = (
+        select(AttemptRow.started_at, AttemptRow.ended_at, AttemptRow.start_epoch, AttemptRow.end_epoch,
+               InstanceRow.provider, InstanceRow.instance_type, InstanceRow.gpu, InstanceRow.gpu_count,
+               JobRow.id, JobRow.kind)
+        .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+        .join(JobRow, JobRow.id == AttemptRow.job_id)
+        .where(AttemptRow.state == "preempted")
+    )
+    for started, ended, start_epoch, end_epoch, provider, itype, gpu, gpu_count, job_id, kind in \
+            s.execute(preempted).all():  # tuples: small, and the loop below may query
+        if started is None or ended is None:
+            continue
+        ran_h = (utc(ended) - utc(started)).total_seconds() / 3600
+        kept_h = 0.0
+        if ctx.resume_after_preemption and kind in ("train", "infer") and end_epoch is not None:
+            spec = agents._spec(job_id, None, s)
+            est = agents._estimate_for(spec, job_id, provider, itype, gpu, gpu_count, start_epoch)
+            if est.epoch_hours:
+                kept_h = (end_epoch - start_epoch) * est.epoch_hours * agents.true_factor(job_id, gpu)
+        lost += Decimal(repr(max(0.0, ran_h - kept_h) * gpu_count))
+    return lost
