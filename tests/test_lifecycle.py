@@ -413,21 +413,25 @@ def test_a_job_reclaimed_after_its_last_checkpoint_but_before_its_exit_is_relaun
 
 
 def test_a_job_short_of_restarts_finishes_on_on_demand_and_is_not_steered_back_to_spot(store, sim_clock):
-    """max_restarts 5: after 4 reclaims one more would leave no restart to spare, so the planner puts the
-    job on on-demand, and the steering rule, however long spot then stays available, leaves it there
-    (moving back is what once made such a job fail on its sixth reclaim)."""
+    """Every spot attempt is reclaimed: before one more reclaim could use up max_restarts the planner
+    puts the job on on-demand, and the steering rule, however long spot then stays available, leaves
+    it there (moving back is what once made such a job fail on its eleventh reclaim)."""
     w = World(store, sim_clock)
-    base = job_spec(deadline="24h", max_restarts=5)
+    base = job_spec(deadline="24h", max_restarts=6)
     job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
-    for _ in range(4):
-        w.run_until(lambda: w.job(job_id).state == JobState.running.value and w.attempts(job_id)[-1].capacity == "spot"
-                    and w.job(job_id).epochs_done > w.attempts(job_id)[-1].start_epoch)
+    for _ in range(12):
+        w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+        if w.attempts(job_id)[-1].capacity != "spot":
+            break
+        w.run_until(lambda: w.job(job_id).epochs_done > w.attempts(job_id)[-1].start_epoch)
         inst = next(r for r in w.instances() if r.job_id == job_id)
         w.cloud.preempt(inst.cloud_id)
         w.run_until(lambda: w.job(job_id).state != JobState.running.value, limit=60)
     w.run_until(lambda: w.job(job_id).state == JobState.succeeded.value, limit=5000)
     job, attempts = w.job(job_id), w.attempts(job_id)
-    assert job.preemptions == 4 and job.finished_at <= job.deadline_at
-    assert [a.capacity for a in attempts] == ["spot"] * 4 + ["on-demand"]
+    reclaims = job.preemptions
+    assert 2 <= reclaims <= 6 - 1  # spot while it was safe, and a restart still to spare
+    assert job.finished_at <= job.deadline_at
+    assert [a.capacity for a in attempts] == ["spot"] * reclaims + ["on-demand"]
     assert not any((a.reason or "").startswith("moved to spot") for a in attempts)
     assert_invariants(w)
