@@ -7,7 +7,10 @@ job-scoped token (a node of a multi-node job also gets ``GPUSCHED_NODE_RANK`` an
 watches ``results.csv`` (one row per finished epoch) and reports every new epoch
 as the job's resume point, then reports the exit. An inference job runs shard by
 shard (``infer_shards``): each shard's labels are uploaded, then the shard is
-reported, and a resumed attempt starts at the first unfinished one. It never sees the API token or
+reported, and a resumed attempt starts at the first unfinished one. The nodes of a multi-node
+job meet through the daemon: rank 0 advertises the address the daemon sees it from (or
+``GPUSCHED_NODE_ADDR``) for this attempt, the other ranks wait for it, and every node starts
+PyTorch's launcher with the node count, its rank and that address. It never sees the API token or
 a cloud credential; data and checkpoints are read and written with the machine's
 role: checkpoints are copied with the cloud's CLI (aws s3 / ossutil / coscli); staging
 the dataset is the image's job (the commands expect it under the work directory, as
@@ -18,10 +21,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -44,6 +50,7 @@ class AgentConfig:
     poll_seconds: float = 30.0
     node_rank: int = 0  # this machine's place in a multi-node job; rank 0 speaks for the gang
     nodes: int = 1
+    advertise_addr: str | None = None  # rank 0: the address the other ranks dial (default: local_address)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentConfig:
@@ -58,7 +65,8 @@ class AgentConfig:
                    gpu=env.get("GPUSCHED_AGENT_GPU", cls.gpu),
                    gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)),
                    node_rank=int(env.get("GPUSCHED_NODE_RANK", cls.node_rank)),
-                   nodes=int(env.get("GPUSCHED_NODES", cls.nodes)))
+                   nodes=int(env.get("GPUSCHED_NODES", cls.nodes)),
+                   advertise_addr=env.get("GPUSCHED_NODE_ADDR") or None)
 
 
 # Object-store CLIs that read credentials from the instance role (no keys on the machine).
@@ -94,23 +102,70 @@ def remote_checkpoint(spec: JobSpec) -> str | None:
     return f"{spec.data.uri.rstrip('/')}/runs/{spec.name}/weights/last.pt"
 
 
-def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None) -> list[str]:
-    """The one command of a train, val or export attempt (inference runs per shard: ``run_infer_shards``)."""
+def command_for(spec: JobSpec, cfg: AgentConfig, resume_from: str | None,
+                master_addr: str | None = None) -> list[str]:
+    """The one command of a train, val or export attempt (inference runs per shard: ``run_infer_shards``).
+
+    ``master_addr``: rank 0's address, for a training job on more than one node."""
     run = f"{spec.name}"
     if spec.kind is Kind.train:
         batch = physical_batch(spec.model, cfg.gpu, spec.train.img_size, spec.train.batch) or 1  # type: ignore[union-attr]
         return yolo.train_command(spec, physical_batch=batch, gpu_count=cfg.gpu_count, run_name=run,
-                                  workdir=cfg.workdir, resume_from=resume_from)
+                                  workdir=cfg.workdir, resume_from=resume_from, nnodes=cfg.nodes,
+                                  node_rank=cfg.node_rank, master_addr=master_addr)
     if spec.kind is Kind.val:
         return yolo.val_command(spec, run_name=run, workdir=cfg.workdir)
     return yolo.export_command(spec, workdir=cfg.workdir)
 
 
+# How long the other ranks of a gang wait for rank 0 to advertise its address. Rank 0 boots
+# with them; longer than this, its machine is gone and the daemon is relaunching the gang.
+RENDEZVOUS_TIMEOUT = timedelta(minutes=30)
+
+
+def local_address(api: str) -> str:
+    """This machine's address on the route to the daemon: the interface its peers in the same VPC reach.
+
+    A UDP socket "connected" to the API only picks the route; no packet is sent."""
+    parts = urlsplit(api)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_DGRAM)
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.connect(sockaddr)
+        return sock.getsockname()[0]
+
+
+def rendezvous(cfg: AgentConfig, http: httpx.Client, auth: dict[str, str], clock: Clock,
+               address: Callable[[str], str] = local_address) -> str | None:
+    """Rank 0's address for this attempt: rank 0 advertises it, the others wait for it (None: give up)."""
+    if cfg.node_rank == 0:
+        addr = cfg.advertise_addr or address(cfg.api)
+        r = http.post(f"{cfg.api}/v1/agent/rendezvous", headers=auth, json={"node_rank": 0, "addr": addr})
+        if r.status_code == 409:
+            return None  # the daemon moved the job on while this machine booted
+        r.raise_for_status()
+        return addr
+    give_up = clock.now() + RENDEZVOUS_TIMEOUT
+    while True:
+        r = http.get(f"{cfg.api}/v1/agent/job", headers=auth)
+        r.raise_for_status()
+        addr = r.json().get("master_addr")
+        if addr:
+            return addr
+        if clock.now() >= give_up:
+            return None
+        clock.sleep(cfg.poll_seconds)
+
+
 def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = None,
               launch: Callable[[Sequence[str]], subprocess.Popen] | None = None,
               copy: Callable[[str, str], None] = copy_with_cli,
-              copy_tree: Callable[[str, str], None] = copy_tree_with_cli) -> bool:
-    """Run the attempt to its end; returns whether it succeeded. ``launch`` and ``copy`` are injectable.
+              copy_tree: Callable[[str, str], None] = copy_tree_with_cli,
+              address: Callable[[str], str] = local_address) -> bool:
+    """Run the attempt to its end; returns whether it succeeded. ``launch``, ``copy`` and ``address`` are
+    injectable. A node of a multi-node job first meets the others (``rendezvous``); a rank that
+    cannot (its attempt is over, or rank 0 never came up) launches nothing and returns False.
 
     A resumed attempt first fetches the last checkpoint; after every finished epoch ``last.pt`` is
     uploaded, and only then reported: the daemon's resume point is always a checkpoint that exists.
@@ -127,6 +182,11 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
                                        launch=launch, copy_tree=copy_tree)
         _report_exit(cfg, http, auth, ok, message)
         return ok
+    master = None
+    if cfg.nodes > 1:
+        master = rendezvous(cfg, http, auth, clock, address)
+        if master is None:
+            return False
     local_ckpt = yolo.checkpoint_path(cfg.workdir, spec.name)
     remote_ckpt = body.get("checkpoint_uri") or remote_checkpoint(spec)
     resume = None
@@ -134,7 +194,7 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
         Path(local_ckpt).parent.mkdir(parents=True, exist_ok=True)
         copy(body["checkpoint_uri"], local_ckpt)
         resume = local_ckpt
-    proc = launch(command_for(spec, cfg, resume))
+    proc = launch(command_for(spec, cfg, resume, master))
     results = Path(yolo.run_dir(cfg.workdir, "train", spec.name)) / "results.csv"
     reported = int(body.get("epochs_done") or 0)
     # In a multi-node job only rank 0 writes results.csv and last.pt and reports for the gang:

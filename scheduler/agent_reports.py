@@ -47,6 +47,27 @@ def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, 
         job.updated_at = now
 
 
+def report_rendezvous(s: Session, job_id: str, attempt_no: int, addr: str, now: datetime) -> bool:
+    """Rank 0 of a multi-node attempt says where the other ranks reach it; False if the attempt is stale.
+
+    Kept per attempt: a relaunched gang runs on new machines, so an earlier attempt's address
+    must never reach its ranks (they would dial a reclaimed machine, or someone else's).
+    """
+    attempt = current_attempt(s, job_id)
+    if attempt is None or attempt.number != attempt_no or A(attempt.state) not in (A.launching, A.running):
+        return False
+    if attempt.master_addr != addr:
+        attempt.master_addr = addr
+        add_event(s, now, "rendezvous", f"attempt {attempt_no}: rank 0 listens at {addr}", job_id=job_id)
+    return True
+
+
+def rendezvous_of(s: Session, job_id: str, attempt_no: int) -> str | None:
+    """The address rank 0 advertised for this attempt, once it has."""
+    attempt = current_attempt(s, job_id)
+    return attempt.master_addr if attempt is not None and attempt.number == attempt_no else None
+
+
 def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "") -> None:
     """The agent says the job's process exited; its machine becomes idle and warm."""
     job = s.get(JobRow, job_id)

@@ -22,12 +22,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler import agent_token, service
-from scheduler.agent_reports import report_finished, report_progress
+from scheduler.agent_reports import report_finished, report_progress, report_rendezvous, rendezvous_of
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -187,6 +187,14 @@ class AgentFinished(BaseModel):
     message: str = Field(default="", max_length=2000)
 
 
+class AgentRendezvous(BaseModel):
+    """Rank 0 of a multi-node attempt: the address its launcher listens on (``yolo.MASTER_PORT``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    node_rank: int = Field(ge=0)
+    addr: IPvAnyAddress
+
+
 def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
     """Routes for on-instance agents: each authenticates with its job-scoped token, never the API token."""
     key = agent_token.signing_key(api_token)
@@ -205,8 +213,24 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
     @router.get("/job")
     def my_job(claims: tuple[str, int] = Depends(scope)) -> dict[str, Any]:
         detail = service.get_job(store, claims[0], events=0)
+        with store.session(write=False) as s:
+            master = rendezvous_of(s, claims[0], claims[1])
         return {"job_id": detail.id, "attempt": claims[1], "spec": detail.spec,
-                "epochs_done": detail.epochs_done, "checkpoint_uri": detail.checkpoint_uri}
+                "epochs_done": detail.epochs_done, "checkpoint_uri": detail.checkpoint_uri,
+                "master_addr": master}
+
+    @router.post("/rendezvous", status_code=204)
+    def rendezvous(body: AgentRendezvous, claims: tuple[str, int] = Depends(scope)) -> Response:
+        if body.node_rank != 0:
+            raise _BadRequest(400, "only rank 0 advertises the gang's address",
+                              "the other ranks read master_addr from GET /v1/agent/job")
+        with store.session() as s:
+            current = report_rendezvous(s, claims[0], claims[1], str(body.addr), clock.now())
+        if not current:
+            raise _BadRequest(409, f"attempt {claims[1]} is no longer running",
+                              "nothing to do: the daemon has moved the job on; this machine will be released")
+        log.info("agent_rendezvous", job_id=claims[0], attempt=claims[1], addr=str(body.addr))
+        return Response(status_code=204)
 
     @router.post("/progress", status_code=204)
     def progress(body: AgentProgress, claims: tuple[str, int] = Depends(scope)) -> Response:

@@ -105,6 +105,9 @@ class AttemptRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     reason: Mapped[str | None] = mapped_column(Text)
+    # Multi-node: the address rank 0's agent advertised for this attempt; the other ranks
+    # wait for it to start PyTorch's launcher (agent_reports.report_rendezvous).
+    master_addr: Mapped[str | None] = mapped_column(String(45))
 
 
 class InstanceRow(Base):

@@ -233,36 +233,153 @@ def test_each_node_gets_its_rank_and_the_node_count_in_user_data(store, sim_cloc
     assert [(c.node_rank, c.nodes) for c in cfgs] == [(0, 2), (1, 2)]
 
 
-def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
-    """Through the daemon's real API: rank 1 exiting ends nothing; rank 0's exit finishes the job."""
+AGENT_API_TOKEN = "agent-test-api-token-0123456789"
+RANK0_ADDR = "10.0.3.17"
+
+
+def running_gang(store, sim_clock, attempts: int = 1):
+    """A two-node job whose attempt ``attempts`` runs (as the tick leaves it); the API, and a token per attempt."""
     job = service.submit(store, sim_clock, gang_spec(), source="gang.yaml")
-    with store.session() as s:  # as the tick would: attempt 1 running on both nodes
+    with store.session() as s:
         row = s.get(JobRow, job.id)
-        row.state, row.attempt = "running", 1
-        s.add(AttemptRow(job_id=job.id, number=1, state="running", client_token=f"gs-{job.id}-a1",
-                         provider="alibaba", region="cn-hangzhou", zone="cn-hangzhou-h",
-                         instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot", start_epoch=0,
-                         created_at=sim_clock.now(), started_at=sim_clock.now()))
-    api_token = "agent-test-api-token-0123456789"
-    http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=api_token)))
-    token = agent_token.issue(agent_token.signing_key(api_token), job.id, 1, sim_clock.now(), timedelta(hours=2))
+        row.state, row.attempt = "running", attempts
+        for n in range(1, attempts + 1):
+            s.add(AttemptRow(job_id=job.id, number=n, state="running" if n == attempts else "preempted",
+                             client_token=f"gs-{job.id}-a{n}", provider="alibaba", region="cn-hangzhou",
+                             zone="cn-hangzhou-h", instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot",
+                             start_epoch=0, created_at=sim_clock.now(), started_at=sim_clock.now()))
+    http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=AGENT_API_TOKEN)))
+    key = agent_token.signing_key(AGENT_API_TOKEN)
+    tokens = {n: agent_token.issue(key, job.id, n, sim_clock.now(), timedelta(hours=2)) for n in range(1, attempts + 1)}
+    return job, http, tokens
+
+
+def node_agent(job, token: str, workdir: Path, rank: int, attempt: int = 1, **kw) -> AgentConfig:
+    return AgentConfig(api="http://testserver", job_id=job.id, attempt=attempt, token=token, workdir=str(workdir),
+                       poll_seconds=kw.pop("poll_seconds", 0.05), node_rank=rank, nodes=2, **kw)
+
+
+def launcher_flags(argv: list[str]) -> dict[str, str]:
+    return {flag: argv[argv.index(flag) + 1] for flag in ("--nnodes", "--node_rank", "--master_addr")}
+
+
+def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
+    """Through the daemon's real API: every rank starts the launcher with rank 0's address; rank 1
+    exiting ends nothing; rank 0's exit finishes the job."""
+    job, http, tokens = running_gang(store, sim_clock)
+    launched: dict[int, list[str]] = {}
 
     def run(rank: int) -> bool:
         workdir = tmp_path / f"node{rank}"
         results = Path(yolo.run_dir(str(workdir), "train", job.name)) / "results.csv"
-        cfg = AgentConfig(api="http://testserver", job_id=job.id, attempt=1, token=token, workdir=str(workdir),
-                          poll_seconds=0.05, node_rank=rank, nodes=2)
         results.parent.mkdir(parents=True)
         (results.parent / "weights").mkdir()
         (results.parent / "weights" / "last.pt").write_text("1")
         results.write_text("epoch,train/box_loss,metrics/precision,metrics/recall,metrics/mAP_0.5,"
                            "metrics/mAP_0.5:0.95\n0,1.0,0.5,0.5,0.4,0.3\n")
-        return run_agent(cfg, http, launch=lambda argv: subprocess.Popen([sys.executable, "-c", "pass"]),
-                         copy=lambda src, dst: None)
 
+        def launch(argv):
+            launched[rank] = list(argv)
+            return subprocess.Popen([sys.executable, "-c", "pass"])
+
+        return run_agent(node_agent(job, tokens[1], workdir, rank), http, launch=launch, copy=lambda src, dst: None,
+                         address=lambda api: RANK0_ADDR)
+
+    # Rank 0 advertises (as its agent does first thing), then rank 1 runs to its exit.
+    auth = {"Authorization": f"Bearer {tokens[1]}"}
+    assert http.post("/v1/agent/rendezvous", headers=auth, json={"node_rank": 0, "addr": RANK0_ADDR}).status_code == 204
     assert run(1) is True
     with store.session(write=False) as s:
         assert s.get(JobRow, job.id).state == RUNNING and s.get(JobRow, job.id).epochs_done == 0
     assert run(0) is True
     with store.session(write=False) as s:
         assert s.get(JobRow, job.id).state == SUCCEEDED and s.get(JobRow, job.id).epochs_done == 1
+    assert {rank: launcher_flags(argv) for rank, argv in launched.items()} == {
+        0: {"--nnodes": "2", "--node_rank": "0", "--master_addr": RANK0_ADDR},
+        1: {"--nnodes": "2", "--node_rank": "1", "--master_addr": RANK0_ADDR},
+    }
+    events = http.get(f"/v1/jobs/{job.id}", headers={"Authorization": f"Bearer {AGENT_API_TOKEN}"}).json()["events"]
+    assert sum(e["kind"] == "rendezvous" for e in events) == 1  # advertised twice, the same address: one event
+
+
+class RankZeroBootsLater:
+    """A clock for rank 1's agent: while it sleeps, rank 0 comes up (after ``polls`` polls) and advertises."""
+
+    def __init__(self, sim_clock, http, token: str, polls: int) -> None:
+        self.clock, self.http, self.token, self.left, self.sleeps = sim_clock, http, token, polls, 0
+
+    def now(self):
+        return self.clock.now()
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.clock.sleep(seconds)
+        self.left -= 1
+        if self.left == 0:
+            r = self.http.post("/v1/agent/rendezvous", headers={"Authorization": f"Bearer {self.token}"},
+                               json={"node_rank": 0, "addr": RANK0_ADDR})
+            assert r.status_code == 204
+
+
+def test_a_rank_waits_for_rank_zero_to_advertise_then_starts(store, sim_clock, tmp_path):
+    job, http, tokens = running_gang(store, sim_clock)
+    clock = RankZeroBootsLater(sim_clock, http, tokens[1], polls=3)
+    argvs: list[list[str]] = []
+    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=1, poll_seconds=30), http, clock=clock,
+                   launch=lambda argv: argvs.append(list(argv)) or subprocess.Popen([sys.executable, "-c", "pass"]),
+                   copy=lambda src, dst: None)
+    assert ok is True and clock.sleeps >= 3  # it polled until the address was there, then launched once
+    assert len(argvs) == 1 and launcher_flags(argvs[0])["--master_addr"] == RANK0_ADDR
+
+
+def test_a_rank_gives_up_when_rank_zero_never_advertises(store, sim_clock, tmp_path):
+    from scheduler.agent import RENDEZVOUS_TIMEOUT
+
+    job, http, tokens = running_gang(store, sim_clock)
+    start = sim_clock.now()
+    argvs: list[list[str]] = []
+    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=1, poll_seconds=60), http, clock=sim_clock,
+                   launch=lambda argv: argvs.append(list(argv)), copy=lambda src, dst: None)
+    assert ok is False and argvs == []  # nothing launched: alone, it would train a model nobody asked for
+    assert RENDEZVOUS_TIMEOUT <= sim_clock.now() - start <= RENDEZVOUS_TIMEOUT + timedelta(minutes=1)
+    with store.session(write=False) as s:
+        assert s.get(JobRow, job.id).state == RUNNING  # a rank's giving up ends nothing: the daemon decides
+
+
+def test_an_old_attempts_address_never_reaches_the_next_attempt(store, sim_clock, tmp_path):
+    """Attempt 2 runs on fresh machines: attempt 1's rank 0 is refused, and its address is not shown."""
+    job, http, tokens = running_gang(store, sim_clock, attempts=2)
+    old = {"Authorization": f"Bearer {tokens[1]}"}
+    r = http.post("/v1/agent/rendezvous", headers=old, json={"node_rank": 0, "addr": "10.0.9.9"})
+    assert r.status_code == 409 and "no longer running" in r.json()["error"]
+    argvs: list[list[str]] = []
+    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=0), http, launch=lambda argv: argvs.append(argv),
+                   copy=lambda src, dst: None, address=lambda api: "10.0.9.9")
+    assert ok is False and argvs == []  # a stale rank 0 does not train
+    new = {"Authorization": f"Bearer {tokens[2]}"}
+    assert http.get("/v1/agent/job", headers=new).json()["master_addr"] is None
+    assert http.post("/v1/agent/rendezvous", headers=new, json={"node_rank": 0, "addr": "fd00::7"}).status_code == 204
+    assert http.get("/v1/agent/job", headers=new).json()["master_addr"] == "fd00::7"
+    assert http.get("/v1/agent/job", headers=old).json()["master_addr"] is None
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"node_rank": 1, "addr": RANK0_ADDR}, "only rank 0"),
+    ({"node_rank": 0, "addr": "rank0.internal; rm -rf /"}, "addr"),  # an IP address, nothing else
+    ({"node_rank": 0}, "addr"),
+    ({"node_rank": 0, "addr": RANK0_ADDR, "port": 1}, "port"),
+])
+def test_a_bad_rendezvous_is_refused_and_records_nothing(store, sim_clock, body, says):
+    job, http, tokens = running_gang(store, sim_clock)
+    auth = {"Authorization": f"Bearer {tokens[1]}"}
+    r = http.post("/v1/agent/rendezvous", headers=auth, json=body)
+    assert r.status_code == 400 and says in r.json()["error"]
+    assert http.get("/v1/agent/job", headers=auth).json()["master_addr"] is None
+    assert http.post("/v1/agent/rendezvous", json={"node_rank": 0, "addr": RANK0_ADDR}).status_code == 401
+
+
+def test_local_address_is_the_interface_on_the_route_to_the_daemon():
+    from scheduler.agent import local_address
+
+    assert local_address("http://127.0.0.1:8642") == "127.0.0.1"
+    assert local_address("https://localhost") in ("127.0.0.1", "::1")
