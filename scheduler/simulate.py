@@ -224,7 +224,8 @@ def _in(cur: str, fx, amount: Decimal, currency: str) -> Money:
 
 
 def _lost_gpu_hours(s, agents: SimAgents, ctx: TickContext) -> Decimal:
-    """GPU-hours of reclaimed attempts that no checkpoint kept (epochs or shards finished count as kept)."""
+    """GPU-hours of reclaimed attempts that no checkpoint kept (epochs or shards finished count as kept),
+    on every node of a multi-node attempt (the attempt row names node 0's machine)."""
     lost = Decimal(0)
     preempted = (
         select(AttemptRow.started_at, AttemptRow.ended_at, AttemptRow.start_epoch, AttemptRow.end_epoch,
@@ -240,10 +241,10 @@ def _lost_gpu_hours(s, agents: SimAgents, ctx: TickContext) -> Decimal:
             continue
         ran_h = (utc(ended) - utc(started)).total_seconds() / 3600
         kept_h = 0.0
+        spec = agents._spec(job_id, None, s)  # cached: the agents read every running job's spec
         if ctx.resume_after_preemption and kind in ("train", "infer") and end_epoch is not None:
-            spec = agents._spec(job_id, None, s)
             est = agents._estimate_for(spec, job_id, provider, itype, gpu, gpu_count, start_epoch)
             if est.epoch_hours:
                 kept_h = (end_epoch - start_epoch) * est.epoch_hours * agents.true_factor(job_id, gpu)
-        lost += Decimal(repr(max(0.0, ran_h - kept_h) * gpu_count))
+        lost += Decimal(repr(max(0.0, ran_h - kept_h) * gpu_count * spec.resources.nodes))
     return lost

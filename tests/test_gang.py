@@ -164,6 +164,27 @@ def test_losing_one_node_requeues_the_job_releases_the_other_and_resumes(store, 
     assert_gang_invariants(w)
 
 
+def test_a_reclaimed_gang_loses_the_work_of_every_node(store, sim_clock):
+    """The simulation's lost GPU-hours count both nodes of a gang, not only the one the attempt names."""
+    from scheduler.simulate import _lost_gpu_hours
+
+    w = World(store, sim_clock)
+    job_id = w.submit(gang_spec(capacity="spot"))
+    w.run_until(lambda: w.job(job_id).epochs_done >= 3)
+    sim_clock.advance(timedelta(minutes=20))  # into the next epoch: work no checkpoint holds yet
+    w.cloud.preempt(attempt_rows(w, job_id, 1)[1].cloud_id)
+    w.run_until(lambda: w.job(job_id).preemptions == 1, limit=5)
+    with store.session(write=False) as s:
+        lost = _lost_gpu_hours(s, w.agents, w.ctx)
+    first, node0 = w.attempts(job_id)[0], attempt_rows(w, job_id, 1)[0]
+    spec = w.agents._spec(job_id)
+    est = w.agents._estimate_for(spec, job_id, node0.provider, node0.instance_type, node0.gpu, node0.gpu_count, 0)
+    ran_h = (first.ended_at - first.started_at).total_seconds() / 3600
+    kept_h = first.end_epoch * est.epoch_hours * w.agents.true_factor(job_id, node0.gpu)
+    per_node = (ran_h - kept_h) * node0.gpu_count
+    assert per_node > 0 and float(lost) == pytest.approx(2 * per_node, rel=1e-9)
+
+
 @pytest.mark.parametrize("point", ["after_intent", "after_launch"])
 def test_crash_after_the_intents_launches_each_node_exactly_once(store, sim_clock, point):
     w = World(store, sim_clock, list_delay_seconds=90)
