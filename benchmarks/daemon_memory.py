@@ -28,9 +28,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from scheduler.jobfile import load_job_file
-from scheduler.store import Store, add_event, new_id
-from scheduler.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow, UsageIntervalRow
+from scheduler.jobs.jobfile import load_job_file
+from scheduler.store.database import Store, add_event, new_id
+from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow, UsageIntervalRow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}
         env.update(GPUSCHED_DATA_DIR=str(data), GPUSCHED_API_PORT=str(port), GPUSCHED_API_TOKEN=token,
                    GPUSCHED_TICK_SECONDS="1", GPUSCHED_LOG_FORMAT="json", GPUSCHED_LOG_LEVEL="warning")
-        proc = subprocess.Popen([sys.executable, "-m", "scheduler.cli", "daemon"], env=env, cwd=data,
+        proc = subprocess.Popen([sys.executable, "-m", "scheduler.app.cli", "daemon"], env=env, cwd=data,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             base = f"http://127.0.0.1:{port}"

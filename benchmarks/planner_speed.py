@@ -19,7 +19,7 @@ Garbage collection is left as any process has it: default thresholds, nothing fr
 the trace loaded just before planning (as a daemon tick builds its queue just before
 planning). ``--gc-freeze`` is an experiment, off by default: it calls ``gc.freeze()`` on
 what is loaded before planning, what a daemon or simulator could do once after start-up.
-Neither does today (``scheduler/daemon.py``, ``scheduler/simulate.py``), so a figure
+Neither does today (``scheduler/app/daemon.py``, ``scheduler/simulation/simulate.py``), so a figure
 measured with it is not what ``gpusched`` gets, and BENCHMARKS.md says so where it quotes one.
 """
 
@@ -31,9 +31,10 @@ import json
 import time
 from pathlib import Path
 
-from scheduler.catalog import load_catalog
-from scheduler.planner import PlanJob, PlannerPolicy, plan
-from scheduler.traces import load_trace
+from providers.catalog import load_catalog
+from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.planner.plan import plan
+from scheduler.simulation.trace_file import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

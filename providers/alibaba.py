@@ -92,7 +92,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
-from scheduler.catalog import load_catalog
+from providers.catalog import load_catalog
 from scheduler.clock import Clock
 from scheduler.models import Capacity, Frozen, Offer, Price, Stock
 from scheduler.money import Money
@@ -493,7 +493,8 @@ class AlibabaProvider:
         locks = {str(lock.get("LockReason", "")) for lock in _items(raw, "OperationLocks", "LockReason")}
         preempted = "Recycling" in locks
         return Instance(
-            ref=InstanceRef(provider=NAME, region=str(raw.get("RegionId") or region), instance_id=str(raw["InstanceId"])),
+            ref=InstanceRef(provider=NAME, region=str(raw.get("RegionId") or region),
+                            instance_id=str(raw["InstanceId"])),
             zone=str(raw.get("ZoneId", "")),
             instance_type=str(raw.get("InstanceType", "")),
             capacity=Capacity.spot if raw.get("SpotStrategy") in _SPOT_STRATEGIES else Capacity.on_demand,

@@ -66,11 +66,12 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
-from scheduler.catalog import filter_offers, load_catalog
-from scheduler.clock import Clock, utc
+from providers.catalog import filter_offers, load_catalog
+from scheduler.clock import Clock
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import Capacity, Frozen, Offer, Price
 from scheduler.money import Money
+from scheduler.times import utc
 
 __all__ = [
     "NAME",

@@ -73,7 +73,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
-from scheduler.catalog import filter_offers, load_catalog
+from providers.catalog import filter_offers, load_catalog
 from scheduler.clock import Clock
 from scheduler.gpus import GPUS
 from scheduler.models import Capacity, Frozen, Offer, Price, Stock
@@ -156,7 +156,10 @@ _AUTH_REASONS = {
         "synchronise this machine's clock (NTP)",
     ),
 }
-_PERMISSION_FIX = "grant the CAM user the CVM actions gpusched calls (RunInstances, DescribeInstances, Stop/Start/TerminateInstances, DescribeZoneInstanceConfigInfos)"
+_PERMISSION_FIX = (
+    "grant the CAM user the CVM actions gpusched calls (RunInstances, DescribeInstances, "
+    "Stop/Start/TerminateInstances, DescribeZoneInstanceConfigInfos)"
+)
 
 
 def translate_error(exc: TencentCloudSDKException, *, action: str, region: str) -> ProviderError:
@@ -342,7 +345,8 @@ class TencentProvider:
         current = self._one(ref)
         if current.capacity is Capacity.spot:
             raise InvalidRequest(
-                f"Tencent Cloud cannot stop spot instance {ref.instance_id}: spot instances here can only be terminated",
+                f"Tencent Cloud cannot stop spot instance {ref.instance_id}: "
+                "spot instances here can only be terminated",
                 provider=NAME, code="SpotCannotStop",
                 fix="terminate the instance instead (ask for the spot_stop capability before stopping spot)",
             )
@@ -353,7 +357,8 @@ class TencentProvider:
                 "InstanceIds": [ref.instance_id], "StoppedMode": "STOP_CHARGING", "StopType": "SOFT_FIRST",
             })
         except InvalidRequest as exc:
-            if exc.code not in ("UnsupportedOperation.InstanceStateStopping", "UnsupportedOperation.InstanceStateStopped"):
+            if exc.code not in ("UnsupportedOperation.InstanceStateStopping",
+                                "UnsupportedOperation.InstanceStateStopped"):
                 raise
 
     def start(self, ref: InstanceRef) -> None:

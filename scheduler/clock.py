@@ -2,7 +2,7 @@
 
 Everything else takes a ``Clock``: the daemon gets ``SystemClock``; the demo, the
 simulator and the tests get ``SimClock`` and move time forward explicitly.
-All times are timezone-aware UTC datetimes.
+All times are timezone-aware UTC datetimes (``times.utc`` normalises one).
 """
 
 from __future__ import annotations
@@ -51,13 +51,6 @@ class SimClock:
         if when < self._now:
             raise ValueError("time does not run backwards")
         self._now = when
-
-
-def utc(dt: datetime) -> datetime:
-    """Normalise to aware UTC; naive datetimes (SQLite returns them) are taken as UTC."""
-    if dt.tzinfo is None:
-        return dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc)
 
 
 class ScaledClock:

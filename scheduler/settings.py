@@ -1,5 +1,10 @@
 """Settings: the only reader of the environment and ``.env``.
 
+``Settings`` holds the scheduler's own settings (GPUSCHED_*); ``load_cloud_config`` fills each
+cloud adapter's config model (``providers.aws.AwsConfig`` ...) from GPUSCHED_<CLOUD>_*, so the
+adapters never read the environment themselves. Lists and maps are JSON:
+GPUSCHED_ALIBABA_REGIONS='["cn-hangzhou"]'.
+
 Every setting has the ``GPUSCHED_`` prefix; ``.env.example`` lists them all.
 Secrets are ``SecretStr`` so they never print in a repr or a log line.
 """
@@ -9,9 +14,9 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
@@ -42,14 +47,14 @@ class Settings(BaseSettings):
     tick_seconds: float = Field(default=10.0, gt=0)
     idle_stop_minutes: int = Field(default=10, ge=0)
     # "learned": a machine whose job did not set policy.idle_stop_minutes stays warm only where
-    # machines of its kind were wanted again soon often enough to pay (scheduler/idle_window.py);
+    # machines of its kind were wanted again soon often enough to pay (scheduler/lifecycle/idle_window.py);
     # "fixed": always idle_stop_minutes.
     idle_warm: Literal["learned", "fixed"] = "learned"
     launch_grace_seconds: int = Field(default=120, ge=0)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
     # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*
-    # (their endpoints can point at the HTTP emulators in tests/emulators/).
+    # (their endpoints can point at the HTTP emulators in providers/emulators/).
     backend: Literal["sandbox", "live"] = "sandbox"
     # Simulate the on-instance agent (jobs "run" in the daemon): always on for the sandbox;
     # set it for a live backend pointed at emulators, whose instances run nothing.
@@ -126,3 +131,28 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError("invalid settings:\n  " + "\n  ".join(lines), fix="see .env.example") from None
     except PydanticSettingsError as exc:  # a value that is not valid JSON where JSON is expected
         raise SettingsError(f"invalid settings: {exc}", fix="see .env.example") from None
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None = ".env", **overrides: object) -> C:
+    """``config_cls`` filled from GPUSCHED_<CLOUD>_* variables; ``overrides`` win (tests, the demo)."""
+    prefix = f"GPUSCHED_{cloud.upper()}_"
+    fields = {name: (f.annotation, f) for name, f in config_cls.model_fields.items()}
+    reader = create_model(  # type: ignore[call-overload]
+        f"{config_cls.__name__}FromEnv",
+        __base__=BaseSettings,
+        __config__=None,
+        **fields,
+    )
+    reader.model_config = SettingsConfigDict(env_prefix=prefix, env_file=env_file, extra="ignore")
+    try:
+        values = reader(**overrides).model_dump(exclude_unset=False)
+        return config_cls.model_validate(values)
+    except ValidationError as exc:
+        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        raise SettingsError(f"invalid {cloud} settings:\n  " + "\n  ".join(lines),
+                            fix=f"set the {prefix}* variables (see .env.example)") from None
+    except PydanticSettingsError as exc:
+        raise SettingsError(f"invalid {cloud} settings: {exc}", fix="lists and maps are JSON") from None

@@ -19,8 +19,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import NoSuchModuleError, OperationalError
 
 from scheduler.clock import SimClock
-from scheduler.store import Store, parse_url
-from scheduler.tables import Base
+from scheduler.store.database import Store, parse_url
+from scheduler.store.tables import Base
 
 PG_URL = os.environ.get("GPUSCHED_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SIM_START = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)  # a Monday, 09:00 in Beijing

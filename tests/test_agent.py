@@ -9,20 +9,20 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from scheduler import agent_token, yolo
-from scheduler.agent import AgentConfig, run_agent
-from scheduler.api import create_app
-from scheduler.jobfile import load_job_file
+from scheduler.agent import tokens as agent_token
+from scheduler.agent.runner import AgentConfig, run_agent
+from scheduler.app.api import create_app
+from scheduler.jobs import yolo
+from scheduler.jobs.jobfile import load_job_file
 from scheduler.settings import Settings
-from scheduler.tables import AttemptRow, JobRow
+from scheduler.store.tables import AttemptRow, JobRow
 
 TOKEN = "agent-test-api-token-0123456789"
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_agent_runs_the_job_reports_epochs_and_success(store, sim_clock, tmp_path):
-    from scheduler import service
-
+    from scheduler.lifecycle import service
     spec = load_job_file(ROOT / "examples" / "helmet-s-train.yaml")
     job = service.submit(store, sim_clock, spec, source="helmet.yaml")
     with store.session() as s:  # as the tick would: attempt 1 running on a machine
@@ -72,12 +72,13 @@ def test_agent_without_its_settings_says_what_is_missing():
     from scheduler.errors import SettingsError
 
     with pytest.raises(SettingsError, match="GPUSCHED_AGENT_TOKEN"):
-        AgentConfig.from_env({"GPUSCHED_AGENT_API": "http://x", "GPUSCHED_AGENT_JOB": "j", "GPUSCHED_AGENT_ATTEMPT": "1"})
+        AgentConfig.from_env({"GPUSCHED_AGENT_API": "http://x", "GPUSCHED_AGENT_JOB": "j",
+                              "GPUSCHED_AGENT_ATTEMPT": "1"})
 
 
 def test_a_resumed_attempt_fetches_the_checkpoint_and_passes_resume(store, sim_clock, tmp_path):
-    from scheduler import service
-    from scheduler.agent_reports import report_progress
+    from scheduler.lifecycle import service
+    from scheduler.lifecycle.agent_reports import report_progress
 
     spec = load_job_file(ROOT / "examples" / "helmet-s-train.yaml")
     job = service.submit(store, sim_clock, spec, source="helmet.yaml")

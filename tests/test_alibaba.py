@@ -45,6 +45,13 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.alibaba_ecs import (
+    API_VERSION,
+    AlibabaEcsEmulator,
+    percent_encode,
+    rpc_signature,
+    string_to_sign,
+)
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Stock
 from tests.contract.harness_alibaba import (
@@ -55,13 +62,6 @@ from tests.contract.harness_alibaba import (
     START,
     AlibabaHarness,
     alibaba_offer,
-)
-from tests.emulators.alibaba_ecs import (
-    API_VERSION,
-    AlibabaEcsEmulator,
-    percent_encode,
-    rpc_signature,
-    string_to_sign,
 )
 
 S = InstanceState
@@ -474,7 +474,8 @@ def test_terminate_of_a_released_or_unknown_instance_is_success(harness: Alibaba
 
 
 def test_offers_carry_live_prices_and_stock_and_fall_back_to_the_catalog() -> None:
-    unsold = alibaba_offer("cn-shanghai", "cn-shanghai-l", "ecs.gn7e-c16g1.4xlarge", "A100", 80.0, 16, 125, "34.74", "13.9")
+    unsold = alibaba_offer("cn-shanghai", "cn-shanghai-l", "ecs.gn7e-c16g1.4xlarge", "A100", 80.0, 16, 125,
+                           "34.74", "13.9")
     h = AlibabaHarness(adapter_catalog=CATALOG + (unsold,))
     try:
         h.cloud.sell_out(CATALOG[1], Capacity.spot)

@@ -17,14 +17,14 @@ import yaml
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from scheduler.api import create_app
+from scheduler.app.api import create_app
 from scheduler.clock import SimClock
 from scheduler.errors import SettingsError
-from scheduler.jobfile import parse_job
+from scheduler.jobs.jobfile import parse_job
 from scheduler.logs import configure_logging, forget_secrets, get_logger
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
-from scheduler.store import Store
+from scheduler.store.database import Store
 
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 TOKEN = "api-token-for-tests-0123456789"
@@ -248,7 +248,7 @@ def test_unknown_ids_are_404_with_a_fix(client: TestClient) -> None:
 
 
 def test_cancelling_a_finished_job_is_400(client: TestClient, store: Store) -> None:
-    from scheduler.tables import JobRow
+    from scheduler.store.tables import JobRow
 
     job = submit(client)
     with store.session() as s:
@@ -329,7 +329,7 @@ def test_metrics_count_jobs_and_instances_by_state_and_add_the_daemons_own(store
 
 def _running_attempt(store: Store, job_id: str, clock: SimClock) -> None:
     """Put the job on a (pretend) machine: attempt 1 running, as the tick would."""
-    from scheduler.tables import AttemptRow, JobRow
+    from scheduler.store.tables import AttemptRow, JobRow
 
     with store.session() as s:
         job = s.get(JobRow, job_id)
@@ -341,8 +341,7 @@ def _running_attempt(store: Store, job_id: str, clock: SimClock) -> None:
 
 
 def _agent_auth(job_id: str, attempt: int, clock: SimClock, api_token: str = TOKEN) -> dict[str, str]:
-    from scheduler import agent_token
-
+    from scheduler.agent import tokens as agent_token
     tok = agent_token.issue(agent_token.signing_key(api_token), job_id, attempt, clock.now(), timedelta(hours=1))
     return {"Authorization": f"Bearer {tok}"}
 

@@ -188,7 +188,8 @@ def test_an_unreachable_endpoint_is_provider_unavailable() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = harness_config(f"http://127.0.0.1:{port}", connect_timeout_seconds=2)
-    provider = AwsProvider(lambda region: make_ec2_client(region, config, shared_session()), config, SimClock(datetime(2026, 11, 2, tzinfo=UTC)), [])
+    provider = AwsProvider(lambda region: make_ec2_client(region, config, shared_session()), config,
+                           SimClock(datetime(2026, 11, 2, tzinfo=UTC)), [])
 
     with pytest.raises(ProviderUnavailable) as caught:
         provider.instances({TAG_MANAGED: "unreachable"})
@@ -463,7 +464,9 @@ def test_offers_only_for_served_regions(aws: AwsHarness) -> None:
         ([("g5.xlarge", "us-east-1a", "n/a", 1), ("g5.xlarge", "us-east-1b", "0", 1)], {}),
     ],
 )
-def test_latest_spot_prices(records: list[tuple[str, str, str, int]], expected: dict[tuple[str, str], tuple[str, int]]) -> None:
+def test_latest_spot_prices(
+    records: list[tuple[str, str, str, int]], expected: dict[tuple[str, str], tuple[str, int]]
+) -> None:
     def stamp(day: int) -> datetime:
         return datetime(2026, 11, day, 12, 0, tzinfo=UTC)
 

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import yaml
 
-from scheduler import agent_token
-from scheduler.agent_token import AgentTokenError
-from scheduler.bootstrap import user_data_for
+from scheduler.agent import tokens as agent_token
+from scheduler.agent.bootstrap import user_data_for
+from scheduler.agent.tokens import AgentTokenError
 
 NOW = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
 API_TOKEN = "daemon-admin-token-5f2c9a8e7b6d4c3a"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.catalog import (
+from providers.catalog import (
     COLUMNS,
     filter_offers,
     known_regions,
@@ -26,7 +26,7 @@ from scheduler.gpus import GPUS
 from scheduler.models import Offer, ReservedCapacity
 
 OFFERS = load_catalog()
-BUNDLED_TEXT = resources.files("scheduler").joinpath("data/catalog.csv").read_text(encoding="utf-8")
+BUNDLED_TEXT = resources.files("providers").joinpath("data/catalog.csv").read_text(encoding="utf-8")
 HEADER, FIRST_ROW = BUNDLED_TEXT.splitlines()[:2]
 
 
@@ -156,8 +156,10 @@ def test_filters_combine_and_none_means_any() -> None:
     assert filter_offers(OFFERS) == OFFERS
     picked = filter_offers(OFFERS, providers=["aws", "alibaba"], regions=["us-east-1", "cn-hangzhou"], gpus=["T4"])
     assert picked
-    assert {(o.provider, o.region, o.gpu) for o in picked} == {("aws", "us-east-1", "T4"), ("alibaba", "cn-hangzhou", "T4")}
-    expected = [o for o in OFFERS if o.provider in ("aws", "alibaba") and o.region in ("us-east-1", "cn-hangzhou") and o.gpu == "T4"]
+    assert {(o.provider, o.region, o.gpu) for o in picked} == {
+        ("aws", "us-east-1", "T4"), ("alibaba", "cn-hangzhou", "T4")}
+    expected = [o for o in OFFERS
+                if o.provider in ("aws", "alibaba") and o.region in ("us-east-1", "cn-hangzhou") and o.gpu == "T4"]
     assert picked == expected
     assert filter_offers(OFFERS, gpus=[]) == []
     assert filter_offers(OFFERS, providers=["tencent"], gpus=["H100"]) == []
@@ -265,13 +267,15 @@ def test_reserved_capacity_is_paired_with_its_offer(
     r = ReservedCapacity(provider=provider, region=region, zone=zone, instance_type=instance_type, count=2, until=UNTIL)
     [(got_r, offer)] = owned_offers([r], OFFERS)
     assert got_r == r
-    assert (offer.provider, offer.region, offer.zone, offer.instance_type) == (provider, region, expected_zone, instance_type)
+    assert (offer.provider, offer.region, offer.zone, offer.instance_type) == (
+        provider, region, expected_zone, instance_type)
 
 
 def test_every_declaration_gets_its_own_pair_in_order() -> None:
     rs = [
         ReservedCapacity(provider="aws", region="us-east-1", instance_type="g4dn.xlarge", count=1, until=UNTIL),
-        ReservedCapacity(provider="alibaba", region="cn-beijing", instance_type="ecs.gn6i-c4g1.xlarge", count=3, until=UNTIL),
+        ReservedCapacity(provider="alibaba", region="cn-beijing", instance_type="ecs.gn6i-c4g1.xlarge", count=3,
+                         until=UNTIL),
     ]
     pairs = owned_offers(rs, OFFERS)
     assert [r for r, _ in pairs] == rs

@@ -17,7 +17,7 @@ EXAMPLES = ROOT / "examples"
 def gpusched(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}
     base.update({"COLUMNS": "200", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "scheduler.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "scheduler.app.cli", *args], capture_output=True, text=True,
                           env=base, cwd=cwd or ROOT, timeout=120)
 
 

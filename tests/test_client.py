@@ -13,15 +13,15 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from scheduler.api import create_app
-from scheduler.client import ApiClient
+from scheduler.app.api import create_app
+from scheduler.app.client import ApiClient
 from scheduler.clock import SimClock
 from scheduler.errors import DaemonUnreachable, GpuschedError, JobFileError, NotFoundError, UserError
-from scheduler.jobfile import parse_job
+from scheduler.jobs.jobfile import parse_job
 from scheduler.logs import forget_secrets
 from scheduler.settings import Settings
 from scheduler.states import JobState
-from scheduler.store import Store
+from scheduler.store.database import Store
 
 BASE = "http://127.0.0.1:8642"
 TOKEN = "client-test-token-0123456789"

@@ -20,14 +20,14 @@ from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import SecretStr
 from structlog.testing import capture_logs
 
-from scheduler.api import create_app
-from scheduler.client import ApiClient
+from scheduler.app.api import create_app
+from scheduler.app.client import ApiClient
+from scheduler.app.daemon import REPORT_JOB, TICK_JOB, Daemon
 from scheduler.clock import SimClock, SystemClock
-from scheduler.daemon import REPORT_JOB, TICK_JOB, Daemon
 from scheduler.errors import NoCapacity, SettingsError, UserError
 from scheduler.logs import forget_secrets
 from scheduler.settings import Settings
-from scheduler.store import Store
+from scheduler.store.database import Store
 
 TOKEN = "daemon-test-token-0123456789"
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
@@ -317,12 +317,12 @@ def test_a_taken_port_is_a_user_error_and_the_scheduler_stops(store: Store) -> N
 _DAEMON_SCRIPT = """
 import sys
 from pydantic import SecretStr
-from scheduler.api import create_app
+from scheduler.app.api import create_app
 from scheduler.clock import SystemClock
-from scheduler.daemon import Daemon
+from scheduler.app.daemon import Daemon
 from scheduler.logs import configure_logging
 from scheduler.settings import Settings
-from scheduler.store import Store
+from scheduler.store.database import Store
 
 port, db = int(sys.argv[1]), sys.argv[2]
 configure_logging("json", "info")

@@ -9,11 +9,11 @@ import pytest
 from rich.console import Console
 from sqlalchemy import select
 
-from scheduler.demo import run_demo
 from scheduler.money import Money, total
 from scheduler.settings import Settings
-from scheduler.store import Store
-from scheduler.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from scheduler.simulation.demo import run_demo
+from scheduler.store.database import Store
+from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
 
 
 @pytest.fixture(scope="module")

@@ -14,23 +14,23 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from fastapi.testclient import TestClient
 
-from providers.sandbox import SandboxCloud
-from scheduler import lifecycle
-from scheduler.api import create_app
-from scheduler.catalog import filter_offers, load_catalog
+from providers.catalog import filter_offers, load_catalog
+from providers.registry import build_live
+from providers.sandbox.provider import SandboxCloud
+from scheduler.app.api import create_app
 from scheduler.clock import SimClock
-from scheduler.jobfile import load_job_file
-from scheduler.runtime import build_live
+from scheduler.jobs.jobfile import load_job_file
+from scheduler.lifecycle import tick as lifecycle
+from scheduler.lifecycle.context import TickContext
 from scheduler.settings import Settings
-from scheduler.simagent import SimAgents
-from scheduler.store import Store
-from scheduler.tickctx import TickContext
+from scheduler.simulation.simagent import SimAgents
+from scheduler.store.database import Store
 
 pytest.importorskip("aliyunsdkcore", reason="the Alibaba SDK (gpusched[alibaba]) is not installed")
 pytest.importorskip("tencentcloud", reason="the Tencent SDK (gpusched[tencent]) is not installed")
 
-from tests.emulators.alibaba_ecs import AlibabaEcsEmulator  # noqa: E402
-from tests.emulators.tencent_cvm import TencentCvmEmulator  # noqa: E402
+from providers.emulators.alibaba_ecs import AlibabaEcsEmulator  # noqa: E402
+from providers.emulators.tencent_cvm import TencentCvmEmulator  # noqa: E402
 
 START = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
 TOKEN = "e2e-api-token-0123456789abcdef"
@@ -134,5 +134,6 @@ def test_one_list_call_per_region_per_page_for_100_running_instances(emulated):
     before = emulated.requests()
     lifecycle.tick(emulated.ctx)  # one steady tick: nothing to plan, nothing to launch
     after = emulated.requests()
-    per_tick = {action: after[action] - before.get(action, 0) for action in after if after[action] != before.get(action, 0)}
+    per_tick = {action: after[action] - before.get(action, 0)
+                for action in after if after[action] != before.get(action, 0)}
     assert per_tick == {"DescribeInstances": 1}, per_tick

@@ -26,14 +26,16 @@ from providers.base import (
     InstanceState,
     ProviderUnavailable,
 )
-from providers.sandbox import SandboxProvider, capabilities_like
-from scheduler import agent_token, service, yolo
-from scheduler.agent import AgentConfig, run_agent
-from scheduler.api import create_app
-from scheduler.lifecycle import SimulatedCrash
+from providers.sandbox.provider import SandboxProvider, capabilities_like
+from scheduler.agent import tokens as agent_token
+from scheduler.agent.runner import AgentConfig, run_agent
+from scheduler.app.api import create_app
+from scheduler.jobs import yolo
+from scheduler.lifecycle import service
+from scheduler.lifecycle.tick import SimulatedCrash
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
-from scheduler.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
 from tests.test_lifecycle import World, job_spec
 
 RUNNING, SUCCEEDED = JobState.running.value, JobState.succeeded.value
@@ -166,7 +168,7 @@ def test_losing_one_node_requeues_the_job_releases_the_other_and_resumes(store, 
 
 def test_a_reclaimed_gang_loses_the_work_of_every_node(store, sim_clock):
     """The simulation's lost GPU-hours count both nodes of a gang, not only the one the attempt names."""
-    from scheduler.simulate import _lost_gpu_hours
+    from scheduler.simulation.simulate import _lost_gpu_hours
 
     w = World(store, sim_clock)
     job_id = w.submit(gang_spec(capacity="spot"))
@@ -354,7 +356,7 @@ def test_a_rank_waits_for_rank_zero_to_advertise_then_starts(store, sim_clock, t
 
 
 def test_a_rank_gives_up_when_rank_zero_never_advertises(store, sim_clock, tmp_path):
-    from scheduler.agent import RENDEZVOUS_TIMEOUT
+    from scheduler.agent.runner import RENDEZVOUS_TIMEOUT
 
     job, http, tokens = running_gang(store, sim_clock)
     start = sim_clock.now()
@@ -400,7 +402,7 @@ def test_a_bad_rendezvous_is_refused_and_records_nothing(store, sim_clock, body,
 
 
 def test_local_address_is_the_interface_on_the_route_to_the_daemon():
-    from scheduler.agent import local_address
+    from scheduler.agent.runner import local_address
 
     assert local_address("http://127.0.0.1:8642") == "127.0.0.1"
     assert local_address("https://localhost") in ("127.0.0.1", "::1")

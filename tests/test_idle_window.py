@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from scheduler.idle_window import MIN_SAMPLES, judge
-from scheduler.tables import EventRow, IdleStopRow
+from scheduler.lifecycle.idle_window import MIN_SAMPLES, judge
+from scheduler.store.tables import EventRow, IdleStopRow
 from tests.test_lifecycle import World, job_spec
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -87,7 +87,7 @@ def test_fixed_warm_time_and_a_job_s_own_idle_stop_minutes_are_kept(store, sim_c
 
 
 def test_kinds_pool_their_history_when_one_has_too_little():
-    from scheduler.idle_window import Verdict, pooled
+    from scheduler.lifecycle.idle_window import Verdict, pooled
 
     few = Verdict(keep_warm=True, idle_starts=2, wanted_again=0, saved_hours=0.0, billed_hours=2 / 6)
     more = Verdict(keep_warm=True, idle_starts=3, wanted_again=1, saved_hours=0.15, billed_hours=0.3)

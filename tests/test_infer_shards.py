@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler import agent_token, infer_shards, service
-from scheduler.agent import AgentConfig, run_agent
-from scheduler.agent_reports import report_progress
-from scheduler.api import create_app
-from scheduler.jobfile import parse_job
+from scheduler.agent import tokens as agent_token
+from scheduler.agent.runner import AgentConfig, run_agent
+from scheduler.app.api import create_app
+from scheduler.jobs import infer_shards
+from scheduler.jobs.jobfile import parse_job
+from scheduler.jobs.yolo import infer_command
+from scheduler.lifecycle import service
+from scheduler.lifecycle.agent_reports import report_progress
 from scheduler.settings import Settings
-from scheduler.tables import AttemptRow, JobRow
-from scheduler.yolo import infer_command
+from scheduler.store.tables import AttemptRow, JobRow
 
 TOKEN = "agent-test-api-token-0123456789"
 
@@ -90,7 +92,8 @@ def _running_attempt(store, sim_clock, spec, attempt: int, shards_done: int = 0)
 # Stands in for detect.py: a label file for every image of --source, under --project/--name/labels.
 _FAKE_DETECT = (
     "import os,sys\n"
-    "a=sys.argv; src=a[a.index('--source')+1]; out=os.path.join(a[a.index('--project')+1], a[a.index('--name')+1], 'labels')\n"
+    "a=sys.argv; src=a[a.index('--source')+1]; "
+    "out=os.path.join(a[a.index('--project')+1], a[a.index('--name')+1], 'labels')\n"
     "os.makedirs(out, exist_ok=True)\n"
     "for f in sorted(os.listdir(src)):\n"
     "    open(os.path.join(out, f.rsplit('.',1)[0]+'.txt'),'a').write('0 0.5 0.5 0.1 0.1 0.9\\n')\n"
@@ -171,8 +174,7 @@ def test_a_failing_shard_fails_the_job_and_keeps_the_shards_before_it(store, sim
 
 
 def test_an_inference_estimate_counts_the_shards_left():
-    from scheduler import perf
-
+    from scheduler.jobs import perf
     spec = _spec(200_000)  # 10 shards
     fresh = perf.estimate(spec, "T4")
     assert fresh.epochs_left == 10

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from scheduler.errors import FieldProblem, JobFileError
 from scheduler.gpus import GPUS
-from scheduler.jobfile import (
+from scheduler.jobs.jobfile import (
     FIELD_EXAMPLES,
     job_json_schema,
     load_job_file,
@@ -308,7 +308,7 @@ def test_example_numbers_the_demo_relies_on() -> None:
 
 
 def leaf_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
-    from scheduler.jobfile import _submodel  # the same walk the loader uses
+    from scheduler.jobs.jobfile import _submodel  # the same walk the loader uses
     from scheduler.money import Money
 
     paths = set()

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from scheduler.clock import utc
-from scheduler.ledger import (
+from scheduler.accounting.ledger import (
     CostLine,
     account,
     close_interval,
@@ -27,8 +26,9 @@ from scheduler.ledger import (
     split_by_month,
 )
 from scheduler.money import FxRates, Money, total
-from scheduler.store import Store
-from scheduler.tables import CostRecordRow, IdleStopRow, InstanceRow, UsageIntervalRow
+from scheduler.store.database import Store
+from scheduler.store.tables import CostRecordRow, IdleStopRow, InstanceRow, UsageIntervalRow
+from scheduler.times import utc
 
 UTC = timezone.utc
 

@@ -17,17 +17,27 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from providers.base import TAG_ATTEMPT, TAG_INSTANCE, TAG_JOB, TAG_MANAGED, InstanceState, NoCapacity, ProviderUnavailable, Throttled
-from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
-from scheduler import lifecycle, service
-from scheduler.catalog import filter_offers, load_catalog
-from scheduler.jobfile import parse_job
-from scheduler.lifecycle import SimulatedCrash, TickContext
+from providers.base import (
+    TAG_ATTEMPT,
+    TAG_INSTANCE,
+    TAG_JOB,
+    TAG_MANAGED,
+    InstanceState,
+    NoCapacity,
+    ProviderUnavailable,
+    Throttled,
+)
+from providers.catalog import filter_offers, load_catalog
+from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
+from scheduler.jobs.jobfile import parse_job
+from scheduler.lifecycle import service
+from scheduler.lifecycle import tick as lifecycle
+from scheduler.lifecycle.tick import SimulatedCrash, TickContext
 from scheduler.models import Capacity, ReservedCapacity
 from scheduler.settings import Settings
-from scheduler.simagent import SimAgents
+from scheduler.simulation.simagent import SimAgents
 from scheduler.states import InstanceRowState, JobState
-from scheduler.tables import AttemptRow, IdleStopRow, InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, IdleStopRow, InstanceRow, JobRow
 
 STEP = timedelta(minutes=1)
 
@@ -395,7 +405,7 @@ def test_running_job_switches_spot_to_on_demand_and_back_as_the_rule_says(store,
 def test_a_job_reclaimed_after_its_last_checkpoint_but_before_its_exit_is_relaunched_to_finish(store, sim_clock):
     """The agent checkpointed every epoch, then spot was reclaimed before the exit was reported:
     the job must not wait forever (the steering rule has nothing left to weigh); it is relaunched."""
-    from scheduler.agent_reports import report_progress
+    from scheduler.lifecycle.agent_reports import report_progress
 
     w = World(store, sim_clock)
     w.agents.step = lambda now: 0  # the test plays the agent

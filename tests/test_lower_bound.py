@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from scheduler.catalog import load_catalog
+from providers.catalog import load_catalog
 from scheduler.errors import UserError
-from scheduler.jobfile import parse_job
-from scheduler.lower_bound import PricedCatalog, feasible_options, lower_bound
+from scheduler.jobs.jobfile import parse_job
+from scheduler.jobs.perf import estimate
 from scheduler.models import Capacity, JobSpec, Offer, Price, ReservedCapacity
 from scheduler.money import FxRates, Money
-from scheduler.perf import estimate
-from scheduler.traces import TraceEntry, generate_month
+from scheduler.simulation.lower_bound import PricedCatalog, feasible_options, lower_bound
+from scheduler.simulation.trace_file import TraceEntry
+from scheduler.simulation.traces import generate_month
 
 T0 = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)  # on a whole hour, so buckets line up
 FX = FxRates(base="CNY", rates={"USD": Decimal("7.2")})

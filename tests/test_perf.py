@@ -9,8 +9,7 @@ import pytest
 
 from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS
-from scheduler.models import JobSpec
-from scheduler.perf import (
+from scheduler.jobs.perf import (
     Estimate,
     cpu_bound_rate,
     estimate,
@@ -25,6 +24,7 @@ from scheduler.perf import (
     train_memory_gib,
     usable_memory_gib,
 )
+from scheduler.models import JobSpec
 
 # GPUs ordered from slowest to fastest by the reference's S(g) column.
 BY_SPEED = ["T4", "L4", "A10G", "A10", "L20", "V100", "A100-40G", "A100-80G", "H100"]
@@ -243,7 +243,8 @@ def test_inference_is_per_image_and_uses_one_gpu() -> None:
 
 
 def test_bigger_models_infer_slower() -> None:
-    rates = [estimate(job("infer", model=m), "A10").throughput_img_s for m in ("yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e")]
+    rates = [estimate(job("infer", model=m), "A10").throughput_img_s
+             for m in ("yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e")]
     assert all(a > b for a, b in zip(rates, rates[1:]))
 
 

@@ -1,6 +1,6 @@
 """Learning training rates from observed epochs: recording, outliers, medians, the perf table, planning.
 
-Epoch times are derived from the real performance model (``scheduler.perf``),
+Epoch times are derived from the real performance model (``scheduler.jobs.perf``),
 so every expectation follows from the priors instead of hard-coded hours.
 """
 
@@ -14,14 +14,12 @@ import pytest
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
-from scheduler import perf
-from scheduler.catalog import load_catalog
+from providers.catalog import load_catalog
 from scheduler.gpus import GPUS
-from scheduler.models import JobSpec, Offer, Price, Stock
-from scheduler.money import Money
-from scheduler.perf_learning import (
-    RatesMemo,
+from scheduler.jobs import perf
+from scheduler.lifecycle.perf_learning import (
     OUTLIER_FACTOR,
+    RatesMemo,
     catalog_vcpus,
     learn_from_progress,
     measured_rates,
@@ -30,9 +28,12 @@ from scheduler.perf_learning import (
     prior_rate,
     record_epochs,
 )
-from scheduler.planner import PlanJob, PlannerPolicy, options_for
-from scheduler.store import Store
-from scheduler.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
+from scheduler.models import JobSpec, Offer, Price, Stock
+from scheduler.money import Money
+from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.planner.plan import options_for
+from scheduler.store.database import Store
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
 
 T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
 VCPUS = 8

@@ -1,6 +1,6 @@
 """The planner, table-driven: offers are built here, nothing is mocked.
 
-Durations come from the real performance model (``scheduler.perf``), so the
+Durations come from the real performance model (``scheduler.jobs.perf``), so the
 tests compute deadlines and budgets from it instead of hard-coding hours.
 """
 
@@ -15,17 +15,15 @@ from decimal import Decimal
 
 import pytest
 
+from scheduler.jobs.perf import estimate
 from scheduler.models import Capacity, JobSpec, Offer, Price, Stock
 from scheduler.money import FxRates, Money
-from scheduler.perf import estimate
-from scheduler.planner import (
+from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
+from scheduler.planner.plan import (
     MAX_ALTERNATIVES,
-    Decision,
-    FleetSlot,
-    Option,
     SPARE_RESTARTS,
-    PlanJob,
-    PlannerPolicy,
+    Decision,
+    Option,
     options_for,
     plan,
     spot_allowed,
@@ -574,8 +572,8 @@ def test_same_inputs_in_any_order_give_the_same_plan(seed: int) -> None:
 def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: int) -> None:
     # planner_rank ranks most groups from a cost and a rank alone and scores only what a decision
     # shows; the order must be the one full scores give (rank, prefix, member), candidate by candidate.
-    from scheduler.planner import _canonical_fleet, _Planning
-    from scheduler.planner_rank import Book
+    from scheduler.planner.plan import _canonical_fleet, _Planning
+    from scheduler.planner.rank import Book
 
     rng = random.Random(seed)
     offers = [make_offer(f"t{i % 4}.xlarge", region=rng.choice(["us-east-1", "us-west-2"]),
@@ -706,7 +704,7 @@ def test_strategies_pick_their_capacity(strategy, job_capacity, rate, spot, expe
     ],
 )
 def test_team_budget_waits_or_refuses(monthly, left, jobs, expected):
-    from scheduler.planner import TeamBudget
+    from scheduler.planner.inputs import TeamBudget
 
     offers = [make_offer(spot="0.40 USD")]
     queued = [make_job(f"j{i}", deadline_h=48, epochs=30) for i in range(jobs)]
@@ -721,7 +719,7 @@ def test_team_budget_waits_or_refuses(monthly, left, jobs, expected):
 
 
 def test_other_teams_budgets_do_not_apply():
-    from scheduler.planner import TeamBudget
+    from scheduler.planner.inputs import TeamBudget
 
     budgets = {"someone-else": TeamBudget(monthly=Money.parse("1 CNY"), left=Money.parse("0 CNY"))}
     [d] = plan([make_job(deadline_h=48)], [make_offer()], [], NOW, POLICY, team_budgets=budgets)

@@ -16,9 +16,7 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from scheduler.errors import UserError
-from scheduler.money import FxRates, Money
-from scheduler.reports import (
+from scheduler.accounting.reports import (
     CSV_COLUMNS,
     NO_PROJECT,
     MonthlyReport,
@@ -31,7 +29,9 @@ from scheduler.reports import (
     render_markdown,
     write_report,
 )
-from scheduler.tables import Base, CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
+from scheduler.errors import UserError
+from scheduler.money import FxRates, Money
+from scheduler.store.tables import Base, CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
 
 UTC = timezone.utc
 FX = FxRates(base="CNY", rates={"USD": Decimal("7.2")})

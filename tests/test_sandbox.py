@@ -1,4 +1,4 @@
-"""providers.sandbox: the simulated cloud's market, timing, faults and determinism.
+"""providers.sandbox.provider: the simulated cloud's market, timing, faults and determinism.
 
 The Provider contract itself is proven in tests/contract/; these cases cover
 what only the sandbox has (seeds, scripting, drift, quotas, paging, billing).
@@ -28,7 +28,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
-from providers.sandbox import (
+from providers.sandbox.provider import (
     PREEMPT_REASON,
     SandboxCloud,
     SandboxInstance,
@@ -46,7 +46,8 @@ SPOT, OD = Capacity.spot, Capacity.on_demand
 
 
 def price(amount: str, currency: str = "CNY") -> Price:
-    return Price(per_hour=Money(amount=Decimal(amount), currency=currency), source="test catalog", as_of=date(2026, 11, 1))
+    return Price(per_hour=Money(amount=Decimal(amount), currency=currency), source="test catalog",
+                 as_of=date(2026, 11, 1))
 
 
 def offer(itype: str = "ecs.gn6i-c4g1.xlarge", *, region: str = "cn-hangzhou", zone: str = "cn-hangzhou-i",
@@ -71,7 +72,9 @@ def make(clock: SimClock | None = None, **kw: object) -> tuple[SimClock, Sandbox
     return clock, SandboxCloud(clock, CATALOG, **kw)  # type: ignore[arg-type]
 
 
-def launch(cloud: SandboxCloud, o: Offer = T4, capacity: Capacity = OD, token: str | None = "t-1", **tags: str) -> SandboxInstance:
+def launch(
+    cloud: SandboxCloud, o: Offer = T4, capacity: Capacity = OD, token: str | None = "t-1", **tags: str
+) -> SandboxInstance:
     return cloud.launch(region=o.region, zone=o.zone, instance_type=o.instance_type, capacity=capacity,
                         client_token=token, tags=tags)
 
@@ -407,7 +410,8 @@ def test_stop_and_terminate_pass_through_observable_states_for_their_delays() ->
     assert cloud.get(iid).state is S.terminating
     at(clock, 140)
     assert cloud.get(iid).state is S.terminated
-    assert [s for _, s in cloud.history(iid)] == [S.pending, S.running, S.stopping, S.stopped, S.terminating, S.terminated]
+    assert [s for _, s in cloud.history(iid)] == [
+        S.pending, S.running, S.stopping, S.stopped, S.terminating, S.terminated]
 
 
 def test_billing_counts_running_stopping_and_terminating_only() -> None:
@@ -582,7 +586,8 @@ def test_a_listing_paged_across_a_prune_skips_and_repeats_nothing() -> None:
 
 
 def test_market_key_accepts_offers_and_both_key_forms_only() -> None:
-    assert market_key(T4) == market_key(T4.key) == market_key(market_key(T4)) == "cn-hangzhou/cn-hangzhou-i/ecs.gn6i-c4g1.xlarge"
+    assert market_key(T4) == market_key(T4.key) == market_key(market_key(T4)) == (
+        "cn-hangzhou/cn-hangzhou-i/ecs.gn6i-c4g1.xlarge")
     for bad in ("cn-hangzhou", "a/b", "a//c", "p/r/z/t/extra"):
         with pytest.raises(ValueError):
             market_key(bad)

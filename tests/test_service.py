@@ -10,15 +10,15 @@ import pytest
 from sqlalchemy import event, select, update
 from sqlalchemy.orm import Session
 
-from scheduler import service
 from scheduler.clock import SimClock
 from scheduler.errors import JobFileError, NotFoundError, UserError
-from scheduler.jobfile import parse_job
+from scheduler.jobs.jobfile import parse_job
+from scheduler.lifecycle import service
 from scheduler.models import JobSpec
 from scheduler.money import Money
 from scheduler.states import InstanceRowState, JobState
-from scheduler.store import Store, add_event
-from scheduler.tables import AttemptRow, EventRow, InstanceRow, JobRow
+from scheduler.store.database import Store, add_event
+from scheduler.store.tables import AttemptRow, EventRow, InstanceRow, JobRow
 
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from scheduler import lifecycle
-from scheduler.jobfile import parse_job
-from scheduler.tables import JobRow
+from scheduler.jobs.jobfile import parse_job
+from scheduler.lifecycle import tick as lifecycle
+from scheduler.store.tables import JobRow
 from tests.test_lifecycle import World
 
 

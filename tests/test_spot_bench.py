@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from scheduler.errors import UserError
-from scheduler.spot_bench import (
+from scheduler.planner.spot_rule import IDLE, OD, POLICIES, SPOT, Facts
+from scheduler.simulation.spotbench.bench import (
     ALL,
     GROUPS,
     P3_2XLARGE_ON_DEMAND,
@@ -19,11 +20,10 @@ from scheduler.spot_bench import (
     run_spot_bench,
     start_points,
 )
-from scheduler.spot_bench_report import render_markdown
-from scheduler.spot_optimal import forward_runs, optimal
-from scheduler.spot_replay import Lanes, replay
-from scheduler.spot_rule import IDLE, OD, POLICIES, SPOT, Facts
-from scheduler.spot_traces import (
+from scheduler.simulation.spotbench.optimal import forward_runs, optimal
+from scheduler.simulation.spotbench.replay import Lanes, replay
+from scheduler.simulation.spotbench.report import render_markdown, write_outputs
+from scheduler.simulation.spotbench.traces import (
     TRACES_COMMIT,
     TRACES_ORIGIN,
     load_traces,
@@ -282,7 +282,8 @@ def trace_dir(tmp_path: Path) -> Path:
 
 def test_benchmark_end_to_end(trace_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = run_spot_bench(trace_dir, out, starts=4, compute_h=8.0, changeovers_h=(0.1, 0.3), workers=1)
+    result = run_spot_bench(trace_dir, starts=4, compute_h=8.0, changeovers_h=(0.1, 0.3), workers=1)
+    write_outputs(result, out)
     assert [g.name for g in result.groups] == [g for g in GROUPS if any(x.name == g for x in result.groups)] + [ALL]
     everything = result.group(ALL)
     assert everything.windows == 3 * 4 * 4 * 2 and everything.traces == 3

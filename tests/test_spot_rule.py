@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from scheduler.spot_rule import (
+from scheduler.planner.spot_rule import (
     PRIOR_AVAILABILITY,
     PRIOR_HOURS,
     PRIOR_SPELLS_PER_HOUR,
@@ -50,7 +50,7 @@ def with_slack(slack_h: float, **kw: Any) -> RuleInput:
     return job(progress_h=progress, remaining_h=48.0 - progress + slack_h, **kw)
 
 
-# The numbers the job above gives the rule (see the constants in scheduler.spot_rule):
+# The numbers the job above gives the rule (see the constants in scheduler.planner.spot_rule):
 SHARE = 1 - (PRIOR_AVAILABILITY * PRIOR_HOURS + 12.0) / (PRIOR_HOURS + 24.0)  # expected outage share
 
 

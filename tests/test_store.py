@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm.exc import StaleDataError
 
 from scheduler.errors import SettingsError
-from scheduler.store import Store, add_event, advisory_lock, lock_key, new_id
-from scheduler.tables import AttemptRow, Base, EventRow, JobRow
+from scheduler.store.database import Store, add_event, advisory_lock, lock_key, new_id
+from scheduler.store.tables import AttemptRow, Base, EventRow, JobRow
 
 T0 = datetime(2026, 11, 30, 23, 0, tzinfo=timezone.utc)
 BEIJING = timezone(timedelta(hours=8))

@@ -44,6 +44,13 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.tencent_cvm import (
+    JSON_TYPE,
+    TencentCvmEmulator,
+    canonical_request,
+    string_to_sign,
+    tc3_signature,
+)
 from providers.tencent import (
     PREEMPT_REASON,
     TencentConfig,
@@ -60,13 +67,6 @@ from tests.contract.harness_tencent import (
     TencentHarness,
     contract_catalog,
     local_client_factory,
-)
-from tests.emulators.tencent_cvm import (
-    JSON_TYPE,
-    TencentCvmEmulator,
-    canonical_request,
-    string_to_sign,
-    tc3_signature,
 )
 
 S = InstanceState
@@ -144,7 +144,8 @@ def _tamper_header(name: str, value: str):  # type: ignore[no-untyped-def]
     [
         (lambda hd, b: (hd, b), None),  # the SDK's own request, replayed as it was
         (_tamper_body, "AuthFailure.SignatureFailure"),
-        (lambda hd, b: ({**hd, "x-tc-timestamp": str(int(hd["x-tc-timestamp"]) + 1)}, b), "AuthFailure.SignatureFailure"),
+        (lambda hd, b: ({**hd, "x-tc-timestamp": str(int(hd["x-tc-timestamp"]) + 1)}, b),
+         "AuthFailure.SignatureFailure"),
         (_tamper_header("host", "127.0.0.2:1"), "AuthFailure.SignatureFailure"),
         (_tamper_header("authorization", "Bearer abc"), "AuthFailure.InvalidAuthorization"),
         (lambda hd, b: ({**hd, "authorization": hd["authorization"].replace(SECRET_ID, "AKIDnobody")}, b),
@@ -220,11 +221,13 @@ def test_a_timestamp_off_by_more_than_five_minutes_is_signature_expire() -> None
         ("DescribeInstances", {"InstanceIds": ["ins-aaaaaaaa"], "Filters": [{"Name": "zone", "Values": ["x"]}]},
          "InvalidParameterCombination"),
         ("DescribeInstances", {"Limit": 101}, "InvalidParameterValueLimit"),
-        ("DescribeInstances", {"Filters": [{"Name": "zone", "Values": list("abcdef")}]}, "InvalidFilterValue.LimitExceeded"),
+        ("DescribeInstances", {"Filters": [{"Name": "zone", "Values": list("abcdef")}]},
+         "InvalidFilterValue.LimitExceeded"),
         ("DescribeInstances", {"Filters": [{"Name": f"tag:k{n}", "Values": ["v"]} for n in range(11)]},
          "InvalidFilterValue.LimitExceeded"),
         ("DescribeInstances", {"InstanceIds": ["i-123"]}, "InvalidInstanceId.Malformed"),
-        ("RunInstances", {"Placement": {"Zone": "ap-guangzhou-3"}, "InstanceType": "GN7.2XLARGE32"}, "MissingParameter"),
+        ("RunInstances", {"Placement": {"Zone": "ap-guangzhou-3"}, "InstanceType": "GN7.2XLARGE32"},
+         "MissingParameter"),
         ("RunInstances", {"Placement": {"Zone": "ap-shanghai-4"}, "InstanceType": "GN7.2XLARGE32", "ImageId": IMAGE},
          "InvalidZone.MismatchRegion"),
         ("RunInstances", {"Placement": {"Zone": "ap-guangzhou-3"}, "InstanceType": "GN7.2XLARGE32", "ImageId": IMAGE,
@@ -246,7 +249,8 @@ def test_spot_run_instances_carries_tags_bid_role_user_data_and_timer() -> None:
     harness = TencentHarness(record_requests=True, cam_role_name="gpusched-worker", max_lifetime_hours=48)
     try:
         offer = harness.offer("T4")
-        launched = harness.provider.launch(req(harness, offer, Capacity.spot, "spot-1", user_data="#!/bin/sh\necho hi\n",
+        launched = harness.provider.launch(req(harness, offer, Capacity.spot, "spot-1",
+                                               user_data="#!/bin/sh\necho hi\n",
                                                name="helmet-v3", tags={"gpusched:team": "vision"}))
         body = sent(harness, "RunInstances")[0]
         inside = harness.cloud.all_instances()[0]

@@ -11,22 +11,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.catalog import load_catalog
+from providers.catalog import load_catalog
 from scheduler.errors import JobFileError, UserError
-from scheduler.jobfile import load_job_file
-from scheduler.lower_bound import PricedCatalog
+from scheduler.jobs.jobfile import load_job_file
 from scheduler.models import Kind
 from scheduler.money import FxRates
-from scheduler.traces import (
-    TraceEntry,
-    dump_trace,
-    entry_json,
-    expected_jobs,
-    generate_month,
-    load_trace,
-    main,
-    scale_for_jobs,
-)
+from scheduler.simulation.lower_bound import PricedCatalog
+from scheduler.simulation.trace_file import TraceEntry, dump_trace, entry_json, load_trace
+from scheduler.simulation.traces import expected_jobs, generate_month, main, scale_for_jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "examples" / "traces"

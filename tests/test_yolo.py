@@ -6,8 +6,7 @@ import pytest
 import yaml
 
 from scheduler.errors import GpuschedError, UserError
-from scheduler.models import DataSpec, ExportSpec, InferSpec, JobSpec, Kind, TrainSpec, ValSpec
-from scheduler.yolo import (
+from scheduler.jobs.yolo import (
     EpochResult,
     checkpoint_path,
     export_command,
@@ -21,6 +20,7 @@ from scheduler.yolo import (
     train_command,
     val_command,
 )
+from scheduler.models import DataSpec, ExportSpec, InferSpec, JobSpec, Kind, TrainSpec, ValSpec
 
 W = "/opt/gpusched/job"
 DATA = DataSpec(uri="s3://vision-qa-datasets/helmet", train_images=12000, val_images=1500)

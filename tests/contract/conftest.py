@@ -13,16 +13,16 @@ run rather than skip.
 
 from __future__ import annotations
 
+import importlib
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-import importlib
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
 import pytest
 
 from providers.base import Instance, Provider, ProviderError
-from providers.sandbox import SandboxCloud, SandboxProvider, capabilities_like
+from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
 from scheduler.money import Money
@@ -76,9 +76,12 @@ def _offer(provider: str, region: str, zone: str, itype: str, gpu: str, mem: flo
 
 # On-demand figures from reference/prices.md; spot figures are illustrative.
 ALIBABA_LIKE_CATALOG = (
-    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn6i-c4g1.xlarge", "T4", 15.0, 4, 15, "11.63", "4.65", "CNY"),
-    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.81", "CNY"),
-    _offer("sandbox", "cn-shanghai", "cn-shanghai-l", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.95", "CNY"),
+    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn6i-c4g1.xlarge", "T4", 15.0, 4, 15, "11.63", "4.65",
+           "CNY"),
+    _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.81",
+           "CNY"),
+    _offer("sandbox", "cn-shanghai", "cn-shanghai-l", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.95",
+           "CNY"),
 )
 AWS_LIKE_CATALOG = (
     _offer("aws", "us-east-1", "us-east-1a", "g4dn.xlarge", "T4", 15.0, 4, 16, "0.526", "0.2132", "USD"),

@@ -1,7 +1,7 @@
 """The Alibaba Cloud adapter under the contract suite: the real SDK over real HTTP to the ECS emulator.
 
 Each test gets a fresh ``SandboxCloud`` on a SimClock, the ECS emulator
-(``tests/emulators/alibaba_ecs.py``) serving it on 127.0.0.1, and an
+(``providers/emulators/alibaba_ecs.py``) serving it on 127.0.0.1, and an
 ``AlibabaProvider`` built by ``from_config`` with the endpoint pointed there,
 so the SDK signs, sends and parses every call as it would against ECS.
 
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from providers.base import Instance, Provider, ProviderError
-from providers.sandbox import SandboxCloud
+from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
 from scheduler.money import Money
@@ -37,7 +37,7 @@ if not _MISSING:
         from_config,
         make_client_factory,
     )
-    from tests.emulators.alibaba_ecs import AlibabaEcsEmulator
+    from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 REGIONS = ("cn-hangzhou", "cn-shanghai")

@@ -59,7 +59,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
-from scheduler.catalog import load_catalog
+from providers.catalog import load_catalog
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer
 

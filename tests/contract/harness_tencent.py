@@ -16,19 +16,19 @@ import pytest
 from pydantic import SecretStr
 
 from providers.base import Instance, Provider, ProviderError
-from providers.sandbox import SandboxCloud
-from scheduler.catalog import filter_offers, load_catalog
+from providers.catalog import filter_offers, load_catalog
+from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
 
 try:  # the Tencent SDK is an optional dependency (gpusched[tencent])
+    from providers.emulators.tencent_cvm import TencentCvmEmulator
     from providers.tencent import (
         ClientFactory,
         TencentConfig,
         TencentProvider,
         sdk_client_factory,
     )
-    from tests.emulators.tencent_cvm import TencentCvmEmulator
 except ImportError as missing:
     _SDK_MISSING: ImportError | None = missing
 else:

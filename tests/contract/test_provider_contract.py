@@ -45,7 +45,9 @@ def tags(harness: ProviderHarness, **extra: str) -> dict[str, str]:
     return {TAG_MANAGED: harness.cluster, **extra}
 
 
-def request(harness: ProviderHarness, offer: Offer, capacity: Capacity, purpose: str, **extra_tags: str) -> InstanceRequest:
+def request(
+    harness: ProviderHarness, offer: Offer, capacity: Capacity, purpose: str, **extra_tags: str
+) -> InstanceRequest:
     return InstanceRequest(
         offer=offer,
         capacity=capacity,
@@ -95,7 +97,8 @@ def test_launch_returns_pending_at_once_and_runs_later(harness: ProviderHarness,
     assert launched.state is S.pending
     assert launched.capacity is capacity
     assert launched.ref.provider == harness.provider.name
-    assert (launched.ref.region, launched.zone, launched.instance_type) == (offer.region, offer.zone, offer.instance_type)
+    assert (launched.ref.region, launched.zone, launched.instance_type) == (
+        offer.region, offer.zone, offer.instance_type)
     assert launched.tags[TAG_JOB] == "j1"
     assert launched.client_token == f"{harness.cluster}-launch-{capacity.value}"
     running = eventually(harness, launched.ref, {S.running})

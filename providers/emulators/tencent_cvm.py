@@ -1,0 +1,893 @@
+"""Tencent Cloud CVM (API 3.0, version 2017-03-12) over real HTTP, backed by the sandbox cloud.
+
+``TencentCvmEmulator`` listens on 127.0.0.1 (port 0: the OS picks) and answers
+what ``tencentcloud-sdk-python`` sends: ``POST /`` with a JSON body, the action
+in ``X-TC-Action``, the region in ``X-TC-Region``, and an ``Authorization``
+header signed with TC3-HMAC-SHA256, which is verified exactly (canonical
+request, hashed payload, the key chain HMAC("TC3" + secret, date) -> service ->
+"tc3_request"). Every answer is HTTP 200 with ``Content-Type: application/json``
+and nothing after it: the SDK only recognises an error body under exactly that
+type (clouds.md).
+
+The market behind it (stock, boot and stop delays, spot reclaims, scripted
+faults, ClientToken dedupe) is a ``providers.sandbox.provider.SandboxCloud``; this module
+only translates the wire format and the vendor's codes.
+
+Where CVM's public documentation is silent, the emulator picks one behaviour
+and the adapter must cope with it:
+
+* Destroyed instances. The documented InstanceState values stop at
+  TERMINATING; there is no TERMINATED. A destroyed instance (terminated, timed
+  out by its ActionTimer, or a reclaimed spot instance) is shown as SHUTDOWN
+  for as long as the sandbox keeps it (its ``forget_terminated_seconds``), then
+  it is gone from DescribeInstances and lookups answer InvalidInstanceId.NotFound.
+* Spot reclaims. CVM announces a reclaim only inside the instance (metadata
+  ``spot/termination-time``). Through the API the instance turns SHUTDOWN with
+  its ``LatestOperation`` left at what the owner last did; only an owner's (or
+  ActionTimer's) destruction says ``TerminateInstances`` there.
+* ClientToken. The documentation promises idempotency and names no error for a
+  reused token: a token seen before answers with the instance it first made,
+  whatever the other parameters say (the adapter checks what it got back).
+* One instance per RunInstances (``InstanceCount`` 1); gpusched never asks for more.
+* ActionTimer (TerminateInstances only) fires at the first API call at or after
+  its time, which then starts the destruction; the sandbox has no timers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import random
+import re
+import socket
+import string
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Mapping, Sequence
+
+from tencentcloud.cvm.v20170312 import models as cvm_models
+
+from providers.base import (
+    AuthFailed,
+    InstanceState,
+    InvalidRequest,
+    NoCapacity,
+    NotFound,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+    Throttled,
+)
+from providers.sandbox.provider import SandboxCloud, SandboxInstance
+from scheduler.clock import Clock, SystemClock
+from scheduler.models import Capacity, Offer, Stock
+
+__all__ = [
+    "API_VERSION",
+    "CvmError",
+    "RawRequest",
+    "TencentCvmEmulator",
+    "canonical_request",
+    "string_to_sign",
+    "tc3_signature",
+]
+
+API_VERSION = "2017-03-12"
+SERVICE = "cvm"
+ALGORITHM = "TC3-HMAC-SHA256"
+JSON_TYPE = "application/json"
+SIGNATURE_TTL = timedelta(minutes=5)  # CVM refuses a timestamp further off than this
+MAX_USER_DATA_BYTES = 16 * 1024
+MAX_TOKEN_CHARS = 64
+MAX_IDS = 100
+MAX_FILTERS = 10
+MAX_FILTER_VALUES = 5
+DEFAULT_LIMIT = 20
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+
+_AUTHORIZATION = re.compile(
+    r"^TC3-HMAC-SHA256 Credential=(?P<secret_id>[^/\s,]+)/(?P<date>\d{4}-\d{2}-\d{2})/(?P<service>[a-z0-9]+)"
+    r"/tc3_request, SignedHeaders=(?P<signed>[a-z0-9\-;]+), Signature=(?P<signature>[0-9a-f]{64})$"
+)
+_INSTANCE_ID = re.compile(r"^ins-[a-z0-9]{8}$")
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+# Sandbox state -> CVM InstanceState. A pending machine that was started again is STARTING.
+_STATE = {
+    InstanceState.pending: "PENDING",
+    InstanceState.running: "RUNNING",
+    InstanceState.stopping: "STOPPING",
+    InstanceState.stopped: "STOPPED",
+    InstanceState.terminating: "TERMINATING",
+    InstanceState.terminated: "SHUTDOWN",
+}
+_CHARGE = {Capacity.spot: "SPOTPAID", Capacity.on_demand: "POSTPAID_BY_HOUR"}
+_CAPACITY = {v: k for k, v in _CHARGE.items()}
+
+
+class CvmError(Exception):
+    """One CVM error answer: ``{"Response": {"Error": {"Code", "Message"}, "RequestId"}}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class _DropConnection(Exception):
+    """The call took effect but its answer is lost: close the connection without one."""
+
+
+@dataclass(frozen=True)
+class RawRequest:
+    """One request as it arrived, for tests that replay or tamper with it."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]  # names lower-cased
+    body: bytes
+
+
+@dataclass
+class _Extra:
+    """What CVM keeps about an instance that the sandbox does not."""
+
+    charge_type: str
+    cam_role_name: str = ""
+    latest_operation: str = "RunInstances"
+    latest_request_id: str = ""
+    stop_charging: bool = False
+    restarted: bool = False
+    destroy_at: datetime | None = None
+
+
+# --- TC3-HMAC-SHA256 ---------------------------------------------------------------
+
+
+def canonical_request(
+    method: str, path: str, query: str, headers: Mapping[str, str], signed: Sequence[str], payload_hash: str
+) -> str:
+    """The canonical request of TC3: header names and values lower-cased and trimmed."""
+    lines = "".join(f"{name}:{headers.get(name, '').strip().lower()}\n" for name in signed)
+    return f"{method}\n{path}\n{query}\n{lines}\n{';'.join(signed)}\n{payload_hash}"
+
+
+def string_to_sign(timestamp: int, date: str, service: str, canonical: str) -> str:
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return f"{ALGORITHM}\n{timestamp}\n{date}/{service}/tc3_request\n{digest}"
+
+
+def tc3_signature(secret_key: str, date: str, service: str, to_sign: str) -> str:
+    """Hex HMAC-SHA256 of ``to_sign`` under the key chain ("TC3" + secret, date) -> service -> "tc3_request"."""
+    key = hmac.new(f"TC3{secret_key}".encode(), date.encode("utf-8"), hashlib.sha256).digest()
+    key = hmac.new(key, service.encode("utf-8"), hashlib.sha256).digest()
+    key = hmac.new(key, b"tc3_request", hashlib.sha256).digest()
+    return hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# --- the emulator --------------------------------------------------------------------
+
+
+class TencentCvmEmulator:
+    """CVM API 3.0 on 127.0.0.1 over one SandboxCloud. Use as a context manager, or call ``close()``.
+
+    ``clock`` is the clock the cloud runs on (ActionTimer destroys by it).
+    ``credentials`` maps SecretId -> SecretKey. ``signing_clock`` judges request
+    timestamps (the SDK stamps them with the real time, whatever clock the
+    sandbox runs on). ``record_requests`` keeps every raw request in ``requests``.
+    """
+
+    def __init__(
+        self,
+        cloud: SandboxCloud,
+        clock: Clock,
+        credentials: Mapping[str, str],
+        *,
+        seed: int = 0,
+        signing_clock: Clock | None = None,
+        record_requests: bool = False,
+        port: int = 0,
+    ) -> None:
+        if not credentials:
+            raise ValueError("the emulator needs at least one SecretId -> SecretKey pair")
+        self.cloud = cloud
+        self._clock = clock
+        self._credentials = dict(credentials)
+        self._signing_clock = signing_clock or SystemClock()
+        self._rng = random.Random(f"{seed}:tencent-cvm")
+        self._lock = threading.Lock()
+        self._to_tencent: dict[str, str] = {}
+        self._to_sandbox: dict[str, str] = {}
+        self._extra: dict[str, _Extra] = {}
+        self._by_token: dict[str, str] = {}
+        self._scripted: dict[str, list[CvmError]] = {}
+        self._regions = frozenset(o.region for o in cloud.offers())
+        self._record = record_requests
+        self.requests: list[RawRequest] = []
+        self.action_counts: dict[str, int] = {}
+        self._actions: dict[str, Callable[[str, dict[str, Any], str], dict[str, Any]]] = {
+            "RunInstances": self._run_instances,
+            "DescribeInstances": self._describe_instances,
+            "StopInstances": self._stop_instances,
+            "StartInstances": self._start_instances,
+            "TerminateInstances": self._terminate_instances,
+            "InquiryPriceRunInstances": self._inquiry_price,
+            "DescribeZoneInstanceConfigInfos": self._zone_configs,
+        }
+        # Parameter names per action, as the SDK's request models declare them.
+        self._parameters = {
+            action: frozenset(
+                name[1:] for name in vars(getattr(cvm_models, f"{action}Request")()) if name != "_headers"
+            )
+            for action in self._actions
+        }
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="tencent-cvm-emulator", daemon=True
+        )
+        self._thread.start()
+
+    # --- lifetime -------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` for the SDK's ``HttpProfile(endpoint=...)``."""
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> TencentCvmEmulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- scripting, for tests -------------------------------------------------
+
+    def sell_out(self, offer: Offer | str, capacity: Capacity) -> None:
+        self.cloud.sell_out(offer, capacity)
+
+    def restock(self, offer: Offer | str, capacity: Capacity) -> None:
+        self.cloud.restock(offer, capacity)
+
+    def preempt(self, instance_id: str) -> None:
+        """Reclaim this spot instance (a CVM id) now."""
+        with self._lock:
+            self.cloud.preempt(self._sandbox_id(instance_id))
+
+    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None:
+        """Fault a sandbox operation (``providers.sandbox.provider.OPERATIONS``); it reaches the wire as CVM's code."""
+        self.cloud.fail_next(operation, error, times)
+
+    def lose_next_launch_response(self) -> None:
+        """The next RunInstances creates its instance, then the connection closes without an answer."""
+        self.cloud.lose_next_launch_response()
+
+    def script_error(self, action: str, code: str, message: str = "scripted", times: int = 1) -> None:
+        """The next ``times`` calls of ``action`` answer with this exact CVM error, after authentication."""
+        if action not in self._actions:
+            raise ValueError(f"unknown action {action!r}; the emulator speaks {', '.join(sorted(self._actions))}")
+        with self._lock:
+            self._scripted.setdefault(action, []).extend([CvmError(code, message)] * times)
+
+    def sandbox_id(self, instance_id: str) -> str:
+        with self._lock:
+            return self._sandbox_id(instance_id)
+
+    def cam_role_of(self, instance_id: str) -> str:
+        with self._lock:
+            return self._extra[self._sandbox_id(instance_id)].cam_role_name
+
+    def destroy_at(self, instance_id: str) -> datetime | None:
+        with self._lock:
+            return self._extra[self._sandbox_id(instance_id)].destroy_at
+
+    # --- one request ------------------------------------------------------------
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The whole answer body for one HTTP request (raises _DropConnection for a lost answer)."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        with self._lock:
+            if self._record:
+                self.requests.append(RawRequest(method, path, lower, body))
+            request_id = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+            try:
+                action = lower.get("x-tc-action", "")
+                self.action_counts[action] = self.action_counts.get(action, 0) + 1
+                self._authenticate(method, path, lower, body)
+                params = self._parse(action, lower, body)
+                region = lower.get("x-tc-region", "")
+                if region not in self._regions:
+                    raise CvmError("UnsupportedRegion", f"region {region!r} is not served here")
+                self._fire_timers()
+                scripted = self._scripted.get(action)
+                if scripted:
+                    raise scripted.pop(0)
+                answer = self._actions[action](region, params, request_id)
+            except CvmError as exc:
+                answer = {"Error": {"Code": exc.code, "Message": exc.message}}
+            except _DropConnection:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an emulator bug reaches the test as CVM's InternalError
+                answer = {"Error": {"Code": "InternalError", "Message": f"emulator fault: {exc!r}"}}
+            answer["RequestId"] = request_id
+            return json.dumps({"Response": answer}).encode("utf-8")
+
+    def _authenticate(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> None:
+        if method != "POST" or path != "/":
+            raise CvmError("UnsupportedProtocol", "this endpoint takes POST / with a JSON body")
+        found = _AUTHORIZATION.match(headers.get("authorization", ""))
+        if found is None:
+            raise CvmError("AuthFailure.InvalidAuthorization", "the Authorization header is not TC3-HMAC-SHA256")
+        signed = found["signed"].split(";")
+        if "content-type" not in signed or "host" not in signed:
+            raise CvmError("AuthFailure.InvalidAuthorization", "SignedHeaders must include content-type and host")
+        secret = self._credentials.get(found["secret_id"])
+        if secret is None:
+            raise CvmError("AuthFailure.SecretIdNotFound", "the SecretId is not found, please ensure it exists")
+        try:
+            timestamp = int(headers.get("x-tc-timestamp", ""))
+        except ValueError:
+            raise CvmError("AuthFailure.SignatureFailure", "X-TC-Timestamp is not a Unix time") from None
+        stamped = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+        if abs(self._signing_clock.now() - stamped) > SIGNATURE_TTL:
+            raise CvmError("AuthFailure.SignatureExpire",
+                           "the signature expired: the timestamp is more than 5 minutes off")
+        if found["date"] != stamped.strftime("%Y-%m-%d") or found["service"] != SERVICE:
+            raise CvmError("AuthFailure.SignatureFailure",
+                           "the credential scope does not match the timestamp or service")
+        unsigned = headers.get("x-tc-content-sha256") == UNSIGNED_PAYLOAD
+        payload_hash = hashlib.sha256(UNSIGNED_PAYLOAD.encode() if unsigned else body).hexdigest()
+        canonical = canonical_request(method, path, "", headers, signed, payload_hash)
+        expected = tc3_signature(secret, found["date"], SERVICE,
+                                 string_to_sign(timestamp, found["date"], SERVICE, canonical))
+        if not hmac.compare_digest(expected, found["signature"]):
+            raise CvmError("AuthFailure.SignatureFailure", "the provided credentials could not be validated")
+
+    def _parse(self, action: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+        if headers.get("content-type", "").split(";")[0].strip() != JSON_TYPE:
+            raise CvmError("UnsupportedProtocol", "the body must be application/json")
+        if headers.get("x-tc-version") != API_VERSION:
+            raise CvmError("NoSuchVersion", f"CVM speaks version {API_VERSION}")
+        if action not in self._actions:
+            raise CvmError("InvalidAction", f"the action {action!r} does not exist here")
+        try:
+            params = json.loads(body or b"{}")
+        except ValueError:
+            raise CvmError("InvalidParameter", "the body is not JSON") from None
+        if not isinstance(params, dict):
+            raise CvmError("InvalidParameter", "the body must be a JSON object")
+        unknown = sorted(set(params) - self._parameters[action])
+        if unknown:
+            raise CvmError("UnknownParameter", f"{action} has no parameter {unknown[0]!r}")
+        return params
+
+    # --- actions -------------------------------------------------------------------
+
+    def _run_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        zone = _get(p, "Placement", dict).get("Zone")
+        instance_type = p.get("InstanceType")
+        image = p.get("ImageId")
+        for name, value in (("Placement.Zone", zone), ("InstanceType", instance_type), ("ImageId", image)):
+            if not isinstance(value, str) or not value:
+                raise CvmError("MissingParameter", f"the request is missing {name}")
+        if not zone.startswith(f"{region}-"):
+            raise CvmError("InvalidZone.MismatchRegion", f"zone {zone} is not in region {region}")
+        charge = p.get("InstanceChargeType", "POSTPAID_BY_HOUR")
+        if charge not in _CAPACITY:
+            raise CvmError("InvalidParameterValue", f"InstanceChargeType {charge!r} is not sold here")
+        capacity = _CAPACITY[charge]
+        max_price = _spot_max_price(p, capacity)
+        if p.get("InstanceCount", 1) != 1:
+            raise CvmError("InvalidParameterValue", "the emulator launches one instance per call")
+        token = p.get("ClientToken")
+        if token is not None:
+            if not isinstance(token, str) or not token.isascii():
+                raise CvmError("InvalidParameterValue", "ClientToken must be an ASCII string")
+            if len(token) > MAX_TOKEN_CHARS:
+                raise CvmError("InvalidClientToken.TooLong", "ClientToken must be at most 64 bytes")
+            if token in self._by_token:
+                return {"InstanceIdSet": [self._tencent_id(self._by_token[token])]}
+        tags = _instance_tags(p)
+        user_data = _user_data(p)
+        destroy_at = self._action_timer(p)
+        extra = _Extra(charge_type=charge, cam_role_name=str(p.get("CamRoleName", "")),
+                       latest_request_id=request_id, destroy_at=destroy_at)
+        try:
+            made = self.cloud.launch(
+                region=region, zone=zone, instance_type=instance_type, capacity=capacity, client_token=token,
+                tags=tags, name=str(p.get("InstanceName", "")), image=image, user_data=user_data, max_price=max_price,
+            )
+        except ProviderUnavailable as exc:
+            if exc.code != "RequestTimeout" or token is None:
+                raise _vendor_error(exc, "RunInstances", capacity) from None
+            # Created at the cloud, answer lost: remember it so the retry finds it.
+            lost = next(i for i in self.cloud.all_instances() if i.client_token == token)
+            self._remember(lost.instance_id, token, extra)
+            raise _DropConnection() from None
+        except ProviderError as exc:
+            raise _vendor_error(exc, "RunInstances", capacity) from None
+        self._remember(made.instance_id, token, extra)
+        return {"InstanceIdSet": [self._tencent_id(made.instance_id)]}
+
+    def _describe_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        ids = p.get("InstanceIds")
+        filters = p.get("Filters")
+        if ids and filters:
+            raise CvmError("InvalidParameterCombination", "InstanceIds and Filters cannot be given together")
+        offset = p.get("Offset", 0)
+        limit = p.get("Limit", DEFAULT_LIMIT)
+        if not isinstance(offset, int) or offset < 0:
+            raise CvmError("InvalidParameterValueOffset", "Offset must be a non-negative integer")
+        if not isinstance(limit, int) or not 1 <= limit <= MAX_IDS:
+            raise CvmError("InvalidParameterValueLimit", f"Limit must be between 1 and {MAX_IDS}")
+        if ids:
+            found = self._by_ids(region, _id_list(ids))
+        else:
+            try:
+                everything, _ = self.cloud.instances(regions=[region])
+            except ProviderError as exc:
+                raise _vendor_error(exc, "DescribeInstances", None) from None
+            match = _instance_filter(filters or [])
+            found = [i for i in everything if match(i, self._charge(i))]
+        return {
+            "TotalCount": len(found),
+            "InstanceSet": [self._instance_json(i) for i in found[offset:offset + limit]],
+        }
+
+    def _stop_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        mode = p.get("StoppedMode", "KEEP_CHARGING")
+        if mode not in ("KEEP_CHARGING", "STOP_CHARGING"):
+            raise CvmError("InvalidParameterValue", f"StoppedMode {mode!r} is not KEEP_CHARGING or STOP_CHARGING")
+        if p.get("StopType", "SOFT") not in ("SOFT", "HARD", "SOFT_FIRST"):
+            raise CvmError("InvalidParameterValue", "StopType is SOFT, HARD or SOFT_FIRST")
+        machines = self._targets(region, p)
+        for machine in machines:
+            self._require_state(machine, {"RUNNING"})
+        for machine in machines:
+            extra = self._extra_of(machine)
+            try:
+                self.cloud.stop(machine.instance_id, region=region)
+            except ProviderError as exc:
+                raise _vendor_error(exc, "StopInstances", machine.capacity) from None
+            self._touch(extra, "StopInstances", request_id)
+            extra.stop_charging = mode == "STOP_CHARGING"
+        return {}
+
+    def _start_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        machines = self._targets(region, p)
+        for machine in machines:
+            self._require_state(machine, {"STOPPED"})
+        for machine in machines:
+            extra = self._extra_of(machine)
+            try:
+                self.cloud.start(machine.instance_id, region=region)
+            except ProviderError as exc:
+                raise _vendor_error(exc, "StartInstances", machine.capacity) from None
+            self._touch(extra, "StartInstances", request_id)
+            extra.stop_charging = False
+            extra.restarted = True
+        return {}
+
+    def _terminate_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        machines = self._targets(region, p)
+        for machine in machines:
+            if machine.state is InstanceState.terminating:
+                raise CvmError("UnsupportedOperation.InstanceStateTerminating",
+                               f"instance {self._tencent_id(machine.instance_id)} is already being destroyed")
+        for machine in machines:
+            if machine.state is InstanceState.terminated:
+                continue  # SHUTDOWN: destroying it again changes nothing
+            try:
+                self.cloud.terminate(machine.instance_id, region=region)
+            except ProviderError as exc:
+                raise _vendor_error(exc, "TerminateInstances", machine.capacity) from None
+            self._touch(self._extra_of(machine), "TerminateInstances", request_id)
+        return {}
+
+    def _inquiry_price(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        zone = _get(p, "Placement", dict).get("Zone")
+        instance_type = p.get("InstanceType")
+        for name, value in (("Placement.Zone", zone), ("InstanceType", instance_type), ("ImageId", p.get("ImageId"))):
+            if not isinstance(value, str) or not value:
+                raise CvmError("MissingParameter", f"the request is missing {name}")
+        charge = p.get("InstanceChargeType", "POSTPAID_BY_HOUR")
+        if charge not in _CAPACITY:
+            raise CvmError("InvalidParameterValue", f"InstanceChargeType {charge!r} is not sold here")
+        offer = next((o for o in self._offers(region) if o.zone == zone and o.instance_type == instance_type), None)
+        if offer is None:
+            raise CvmError("ResourceNotFound.InvalidZoneInstanceType", f"{zone} does not offer {instance_type}")
+        price = _item_price(offer, _CAPACITY[charge])
+        if price is None:
+            raise CvmError("UnsupportedOperation.NoInstanceTypeSupportSpot", f"{instance_type} is not sold as spot")
+        return {"Price": {"InstancePrice": price}}
+
+    def _zone_configs(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
+        wanted: dict[str, set[str]] = {}
+        for f in _filters(p.get("Filters") or [], limit_values=100):
+            if f[0] not in ("zone", "instance-family", "instance-type", "instance-charge-type"):
+                raise CvmError("InvalidFilter", f"unknown filter {f[0]!r}")
+            wanted[f[0]] = set(f[1])
+        charges = wanted.get("instance-charge-type", {"POSTPAID_BY_HOUR"})
+        items = []
+        for offer in self._offers(region):
+            family = offer.instance_type.split(".")[0]
+            if not _keep(wanted, "zone", offer.zone) or not _keep(wanted, "instance-type", offer.instance_type) \
+                    or not _keep(wanted, "instance-family", family):
+                continue
+            for capacity in (Capacity.on_demand, Capacity.spot):
+                price = _item_price(offer, capacity)
+                if _CHARGE[capacity] not in charges or price is None:
+                    continue
+                stock = offer.stock(capacity)
+                items.append({
+                    "Zone": offer.zone,
+                    "InstanceType": offer.instance_type,
+                    "InstanceChargeType": _CHARGE[capacity],
+                    "NetworkCard": 25,
+                    "Cpu": offer.vcpus,
+                    "Memory": int(offer.mem_gib),
+                    "InstanceFamily": family,
+                    "TypeName": f"GPU {family}",
+                    "Status": "SOLD_OUT" if stock is Stock.sold_out else "SELL",
+                    "StatusCategory": _STOCK_CATEGORY[stock],
+                    "SoldOutReason": "sold out" if stock is Stock.sold_out else "",
+                    "Price": price,
+                    "Gpu": offer.gpu_count,
+                    "GpuCount": float(offer.gpu_count),
+                    "Fpga": 0,
+                    "Remark": f"{offer.gpu_count} x NVIDIA {offer.gpu}",
+                })
+        return {"InstanceTypeQuotaSet": items}
+
+    # --- inside ----------------------------------------------------------------------
+
+    def _offers(self, region: str) -> list[Offer]:
+        try:
+            return self.cloud.offers([region])
+        except ProviderError as exc:
+            raise _vendor_error(exc, "offers", None) from None
+
+    def _remember(self, sandbox_id: str, token: str | None, extra: _Extra) -> None:
+        self._tencent_id(sandbox_id)
+        self._extra[sandbox_id] = extra
+        if token is not None:
+            self._by_token[token] = sandbox_id
+
+    def _tencent_id(self, sandbox_id: str) -> str:
+        """The CVM-style id (``ins-`` + 8 characters) of a sandbox id, made on first sight."""
+        known = self._to_tencent.get(sandbox_id)
+        if known is not None:
+            return known
+        while True:
+            candidate = "ins-" + "".join(self._rng.choice(_ID_ALPHABET) for _ in range(8))
+            if candidate not in self._to_sandbox:
+                break
+        self._to_tencent[sandbox_id] = candidate
+        self._to_sandbox[candidate] = sandbox_id
+        return candidate
+
+    def _sandbox_id(self, instance_id: str) -> str:
+        try:
+            return self._to_sandbox[instance_id]
+        except KeyError:
+            raise KeyError(f"no instance {instance_id} in this emulator") from None
+
+    def _extra_of(self, machine: SandboxInstance) -> _Extra:
+        extra = self._extra.get(machine.instance_id)
+        if extra is None:  # launched on the sandbox directly, not through this face
+            extra = self._extra[machine.instance_id] = _Extra(
+                charge_type=_CHARGE.get(machine.capacity, "POSTPAID_BY_HOUR"))
+        return extra
+
+    def _charge(self, machine: SandboxInstance) -> str:
+        return self._extra_of(machine).charge_type
+
+    @staticmethod
+    def _touch(extra: _Extra, operation: str, request_id: str) -> None:
+        extra.latest_operation = operation
+        extra.latest_request_id = request_id
+
+    def _by_ids(self, region: str, ids: list[str]) -> list[SandboxInstance]:
+        found = []
+        for instance_id in ids:
+            if not _INSTANCE_ID.match(instance_id):
+                raise CvmError("InvalidInstanceId.Malformed",
+                               f"{instance_id!r} is not an instance id like ins-xxxxxxxx")
+            sandbox_id = self._to_sandbox.get(instance_id)
+            if sandbox_id is None:
+                continue
+            try:
+                found.append(self.cloud.get(sandbox_id, region))
+            except NotFound:
+                continue
+        return found
+
+    def _targets(self, region: str, p: dict[str, Any]) -> list[SandboxInstance]:
+        ids = _id_list(p.get("InstanceIds"))
+        if not ids:
+            raise CvmError("MissingParameter", "the request is missing InstanceIds")
+        found = self._by_ids(region, ids)
+        if len(found) != len(ids):
+            known = {self._tencent_id(m.instance_id) for m in found}
+            missing = next(i for i in ids if i not in known)
+            raise CvmError("InvalidInstanceId.NotFound", f"instance {missing} does not exist in {region}")
+        return found
+
+    def _state(self, machine: SandboxInstance) -> str:
+        if machine.state is InstanceState.pending and self._extra_of(machine).restarted:
+            return "STARTING"
+        return _STATE[machine.state]
+
+    def _require_state(self, machine: SandboxInstance, allowed: set[str]) -> None:
+        state = self._state(machine)
+        if state not in allowed:
+            raise CvmError(f"UnsupportedOperation.InstanceState{state.capitalize()}",
+                           f"instance {self._tencent_id(machine.instance_id)} is {state}")
+
+    def _action_timer(self, p: dict[str, Any]) -> datetime | None:
+        timer = p.get("ActionTimer")
+        if timer is None:
+            return None
+        if not isinstance(timer, dict) or timer.get("TimerAction") != "TerminateInstances":
+            raise CvmError("InvalidParameterValue", "ActionTimer.TimerAction must be TerminateInstances")
+        try:
+            when = datetime.strptime(str(timer.get("ActionTime")), _TIME_FORMAT).replace(tzinfo=timezone.utc)
+        except ValueError:
+            raise CvmError("InvalidParameterValue.InvalidTimeFormat", "ActionTime is YYYY-MM-DDThh:mm:ssZ") from None
+        if when <= self._clock.now():
+            raise CvmError("InvalidParameterValue", "ActionTime must be in the future")
+        return when
+
+    def _fire_timers(self) -> None:
+        now = self._clock.now()
+        for sandbox_id, extra in self._extra.items():
+            if extra.destroy_at is None or extra.destroy_at > now:
+                continue
+            extra.destroy_at = None
+            try:
+                if self.cloud.get(sandbox_id).state in (InstanceState.terminating, InstanceState.terminated):
+                    continue  # already destroyed (by its owner or a reclaim): the timer has nothing to do
+                self.cloud.terminate(sandbox_id)
+            except NotFound:
+                continue
+            extra.latest_operation = "TerminateInstances"
+
+    def _instance_json(self, machine: SandboxInstance) -> dict[str, Any]:
+        extra = self._extra_of(machine)
+        state = self._state(machine)
+        return {
+            "InstanceId": self._tencent_id(machine.instance_id),
+            "Uuid": str(uuid.uuid5(uuid.NAMESPACE_OID, machine.instance_id)),
+            "InstanceName": machine.name or "Unnamed",
+            "InstanceType": machine.instance_type,
+            "InstanceChargeType": extra.charge_type,
+            "InstanceState": state,
+            "RestrictState": "NORMAL",
+            "Placement": {"Zone": machine.zone, "ProjectId": 0},
+            "CPU": machine.offer.vcpus,
+            "Memory": int(machine.offer.mem_gib),
+            "GPUInfo": {"GPUCount": float(machine.offer.gpu_count), "GPUType": machine.offer.gpu},
+            "ImageId": machine.image,
+            "CreatedTime": machine.launched_at.astimezone(timezone.utc).strftime(_TIME_FORMAT),
+            "ExpiredTime": None,
+            "Tags": [{"Key": k, "Value": v} for k, v in machine.tags.items()],
+            "StopChargingMode": "STOP_CHARGING" if state == "STOPPED" and extra.stop_charging else "NOT_APPLICABLE",
+            "LatestOperation": extra.latest_operation,
+            "LatestOperationState": "SUCCESS",
+            "LatestOperationRequestId": extra.latest_request_id,
+            "CamRoleName": extra.cam_role_name or None,
+            "IsolatedSource": "NOTISOLATED",
+        }
+
+
+# --- request pieces ------------------------------------------------------------------
+
+
+def _get(p: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = p.get(name, kind())
+    if not isinstance(value, kind):
+        raise CvmError("InvalidParameter", f"{name} has the wrong type")
+    return value
+
+
+def _id_list(value: object) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CvmError("InvalidParameter", "InstanceIds must be a list of strings")
+    if len(value) > MAX_IDS:
+        raise CvmError("InvalidParameterValue.LimitExceeded", f"at most {MAX_IDS} instance ids per request")
+    return value
+
+
+def _spot_max_price(p: Mapping[str, Any], capacity: Capacity) -> Decimal | None:
+    market = p.get("InstanceMarketOptions")
+    if market is None:
+        return None  # SPOTPAID without options bids the current price
+    if capacity is not Capacity.spot:
+        raise CvmError("InvalidParameterCombination", "InstanceMarketOptions goes with InstanceChargeType SPOTPAID")
+    if not isinstance(market, dict) or market.get("MarketType") != "spot":
+        raise CvmError("InvalidParameterValue", "InstanceMarketOptions.MarketType must be spot")
+    options = market.get("SpotOptions") or {}
+    if options.get("SpotInstanceType", "one-time") != "one-time":
+        raise CvmError("InvalidParameterValue", "SpotInstanceType must be one-time")
+    try:
+        price = Decimal(str(options["MaxPrice"]))
+    except (KeyError, InvalidOperation):
+        raise CvmError("MissingParameter", "SpotOptions.MaxPrice is required and must be a number") from None
+    if price <= 0:
+        raise CvmError("InvalidParameterValue", "SpotOptions.MaxPrice must be positive")
+    return price
+
+
+def _instance_tags(p: Mapping[str, Any]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for spec in p.get("TagSpecification") or []:
+        if not isinstance(spec, dict) or spec.get("ResourceType") != "instance":
+            continue
+        for tag in spec.get("Tags") or []:
+            key, value = tag.get("Key"), tag.get("Value")
+            if not isinstance(key, str) or not key or not isinstance(value, str):
+                raise CvmError("InvalidParameterValue", "every tag needs a non-empty Key and a Value")
+            tags[key] = value
+    return tags
+
+
+def _user_data(p: Mapping[str, Any]) -> str:
+    encoded = p.get("UserData")
+    if encoded is None:
+        return ""
+    try:
+        raw = base64.b64decode(str(encoded), validate=True)
+    except (binascii.Error, ValueError):
+        raise CvmError("InvalidParameterValue.InvalidUserDataFormat", "UserData must be base64") from None
+    if len(raw) > MAX_USER_DATA_BYTES:
+        raise CvmError("InvalidParameterValue.InvalidUserDataFormat", "UserData is larger than 16 KB")
+    return raw.decode("utf-8", errors="replace")
+
+
+def _filters(raw: object, *, limit_values: int = MAX_FILTER_VALUES) -> list[tuple[str, list[str]]]:
+    if not isinstance(raw, list):
+        raise CvmError("InvalidParameter", "Filters must be a list")
+    if len(raw) > MAX_FILTERS:
+        raise CvmError("InvalidFilterValue.LimitExceeded", f"at most {MAX_FILTERS} filters per request")
+    out = []
+    for f in raw:
+        name, values = (f.get("Name"), f.get("Values")) if isinstance(f, dict) else (None, None)
+        if not isinstance(name, str) or not isinstance(values, list) or not values:
+            raise CvmError("InvalidFilter", "every filter needs a Name and at least one value")
+        if len(values) > limit_values:
+            raise CvmError("InvalidFilterValue.LimitExceeded", f"at most {limit_values} values per filter")
+        out.append((name, [str(v) for v in values]))
+    return out
+
+
+def _instance_filter(raw: object) -> Callable[[SandboxInstance, str], bool]:
+    """Filters AND together, the values of one filter OR together (CVM's rule)."""
+    tests: list[Callable[[SandboxInstance, str], bool]] = []
+    for name, values in _filters(raw):
+        wanted = set(values)
+        if name.startswith("tag:") and len(name) > 4:
+            key = name[4:]
+            tests.append(lambda m, c, key=key, wanted=wanted: m.tags.get(key) in wanted)
+        elif name == "tag-key":
+            tests.append(lambda m, c, wanted=wanted: bool(wanted & set(m.tags)))
+        elif name == "zone":
+            tests.append(lambda m, c, wanted=wanted: m.zone in wanted)
+        elif name == "instance-charge-type":
+            tests.append(lambda m, c, wanted=wanted: c in wanted)
+        elif name == "instance-name":
+            tests.append(lambda m, c, wanted=wanted: m.name in wanted)
+        else:
+            raise CvmError("InvalidFilter", f"the emulator does not filter by {name!r}")
+    return lambda machine, charge: all(t(machine, charge) for t in tests)
+
+
+def _keep(wanted: Mapping[str, set[str]], name: str, value: str) -> bool:
+    return name not in wanted or value in wanted[name]
+
+
+_STOCK_CATEGORY = {
+    Stock.available: "EnoughStock",
+    Stock.unknown: "NormalStock",
+    Stock.low: "UnderStock",
+    Stock.sold_out: "WithoutStock",
+}
+
+
+def _item_price(offer: Offer, capacity: Capacity) -> dict[str, Any] | None:
+    """CVM's ItemPrice for one hour: UnitPrice is the list price, UnitPriceDiscount what is paid."""
+    paid = offer.price(capacity)
+    if paid is None:
+        return None
+    listed = offer.on_demand or paid
+    amount, base = paid.per_hour.amount, listed.per_hour.amount
+    discount = (amount / base * 100).quantize(Decimal("0.1")) if base else Decimal(100)
+    return {"UnitPrice": float(base), "UnitPriceDiscount": float(amount), "ChargeUnit": "HOUR",
+            "Discount": float(discount)}
+
+
+def _vendor_error(exc: ProviderError, action: str, capacity: Capacity | None) -> CvmError:
+    """A sandbox refusal as the code CVM gives for it."""
+    spot = capacity is Capacity.spot
+    if isinstance(exc, Throttled):
+        return CvmError("RequestLimitExceeded", "your requests exceed the frequency limit")
+    if isinstance(exc, NoCapacity):
+        if exc.code == "SpotMaxPriceTooLow":
+            return CvmError("InvalidParameterValue.InsufficientPrice", exc.message)
+        code = "ResourceInsufficient.SpecifiedInstanceType" if spot else "ResourcesSoldOut.SpecifiedInstanceType"
+        return CvmError(code, exc.message)
+    if isinstance(exc, QuotaExceeded):
+        return CvmError("LimitExceeded.SpotQuota" if spot else "LimitExceeded.InstanceQuota", exc.message)
+    if isinstance(exc, AuthFailed):
+        return CvmError("AuthFailure.UnauthorizedOperation", exc.message)
+    if isinstance(exc, NotFound):
+        return CvmError("InvalidInstanceId.NotFound", exc.message)
+    if isinstance(exc, InvalidRequest):
+        code = {
+            "UnsupportedOperation": "UnsupportedOperation.InstanceChargeType",
+            "InvalidInstanceType": "InvalidParameterValue.InstanceTypeNotFound",
+            "InvalidCapacityType": "UnsupportedOperation.NoInstanceTypeSupportSpot",
+            "IncorrectInstanceState": "InvalidInstanceState",
+        }.get(exc.code, "InvalidParameterValue")
+        return CvmError(code, exc.message)
+    return CvmError("InternalError", f"{action} failed inside the cloud: {exc.message}")
+
+
+# --- HTTP ----------------------------------------------------------------------------
+
+
+def _handler_for(emulator: TencentCvmEmulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the SDK's session reuses connections
+        timeout = 10  # an idle kept-alive connection closes and frees its thread
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body leave in two writes; with Nagle on, a kept-alive
+            # connection then waits for the client's delayed ACK (~40 ms a call).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def do_GET(self) -> None:
+            self._answer()
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            path = self.path.split("?")[0]
+            try:
+                payload = emulator.handle(self.command, path, dict(self.headers.items()), body)
+            except _DropConnection:
+                self.close_connection = True
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", JSON_TYPE)  # exactly this: the SDK ignores errors otherwise
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    return Handler
+

@@ -1,0 +1,74 @@
+"""Which adapter serves which cloud, and how each is built from Settings.
+
+``build_providers`` is what the daemon and the CLI call: the sandbox clouds for
+``GPUSCHED_BACKEND=sandbox``, the real adapters for ``live``. Adapters are imported
+lazily, so a missing SDK only matters for the clouds actually enabled.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from providers.base import TAG_MANAGED, Provider, ProviderError
+from providers.catalog import filter_offers, load_catalog
+from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
+from scheduler.clock import Clock
+from scheduler.errors import UserError
+from scheduler.settings import Settings, load_cloud_config
+
+# provider name -> (adapter module, config class)
+ADAPTERS = {
+    "aws": ("providers.aws", "AwsConfig"),
+    "alibaba": ("providers.alibaba", "AlibabaConfig"),
+    "tencent": ("providers.tencent", "TencentConfig"),
+}
+
+
+def build_sandbox(settings: Settings, clock: Clock) -> tuple[dict[str, Provider], dict[str, SandboxCloud]]:
+    """One simulated cloud per configured provider name, each holding that cloud's catalog offers."""
+    catalog = load_catalog()
+    providers: dict[str, Provider] = {}
+    clouds: dict[str, SandboxCloud] = {}
+    for i, name in enumerate(settings.providers):
+        offers = filter_offers(catalog, providers=[name])
+        # Terminated machines leave listings after an hour, as on AWS: a month of simulated
+        # work would otherwise make every listing walk every machine ever launched.
+        cloud = SandboxCloud(clock, offers, seed=settings.sandbox_seed * 101 + i, forget_terminated_seconds=3600)
+        clouds[name] = cloud
+        providers[name] = SandboxProvider(cloud, name=name, capabilities=capabilities_like(name))
+    return providers, clouds
+
+
+def build_live(settings: Settings, clock: Clock, **overrides: dict[str, object]) -> dict[str, Provider]:
+    """The real adapters for every configured provider; ``overrides[name]`` patches its config."""
+    providers: dict[str, Provider] = {}
+    for name in settings.providers:
+        module_name, config_name = ADAPTERS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserError(f"the {name} SDK is not installed ({exc.name})",
+                            fix=f"pip install 'gpusched[{name}]'") from None
+        config = load_cloud_config(getattr(module, config_name), name, **overrides.get(name, {}))
+        providers[name] = module.from_config(config, clock)
+    return providers
+
+
+def build_providers(settings: Settings, clock: Clock) -> dict[str, Provider]:
+    if settings.backend == "sandbox":
+        return build_sandbox(settings, clock)[0]
+    if settings.backend == "live":
+        return build_live(settings, clock)
+    raise UserError(f"unknown backend {settings.backend!r}", fix="set GPUSCHED_BACKEND=sandbox or live")
+
+
+def check_provider(provider: Provider, cluster: str) -> tuple[bool, str]:
+    """List our instances once: proves credentials, permissions and reachability in one cheap call."""
+    try:
+        instances = provider.instances({TAG_MANAGED: cluster})
+    except ProviderError as exc:
+        detail = f"{type(exc).__name__}: {exc.message}"
+        if exc.code:
+            detail += f" (code {exc.code}{', request ' + exc.request_id if exc.request_id else ''})"
+        return False, detail
+    return True, f"reachable; {len(instances)} instance(s) tagged {TAG_MANAGED}={cluster}"

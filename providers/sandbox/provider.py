@@ -1,0 +1,198 @@
+"""The ``providers.base.Provider`` adapter over the simulated cloud, and real clouds' capability profiles.
+
+``SandboxProvider`` poses as one cloud (``capabilities_like`` gives it that
+cloud's capabilities) on top of a ``SandboxCloud``, the simulated market that
+lives in ``providers/sandbox/cloud.py``. The market's public names are
+re-exported here, so ``from providers.sandbox.provider import SandboxCloud`` keeps working.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Callable, Mapping, ParamSpec, Sequence, TypeVar
+
+from providers.base import (
+    CAP_LIVE_PRICES,
+    CAP_PREEMPTION_EVENTS,
+    CAP_SPOT_STOP,
+    CAP_STOP_CHARGING,
+    Instance,
+    InstanceRef,
+    InstanceRequest,
+    InvalidRequest,
+    NotFound,
+    ProviderError,
+)
+from providers.sandbox.cloud import OPERATIONS, PREEMPT_REASON, SandboxCloud, SandboxInstance, market_key
+from scheduler.models import Capacity, Offer
+
+__all__ = [
+    "OPERATIONS",
+    "PREEMPT_REASON",
+    "SandboxCloud",
+    "SandboxInstance",
+    "SandboxProvider",
+    "capabilities_like",
+    "market_key",
+]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_CAPABILITIES: dict[str, frozenset[str]] = {
+    # One-time spot instances on AWS cannot be stopped, only terminated.
+    "aws": frozenset({CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}),
+    # ECS: StopCharging mode, and SpotInterruptionBehavior=Stop exists.
+    "alibaba": frozenset({CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_PREEMPTION_EVENTS}),
+    "tencent": frozenset({CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}),
+    "sandbox": frozenset({CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_LIVE_PRICES, CAP_PREEMPTION_EVENTS}),
+}
+
+
+def capabilities_like(cloud_name: str) -> frozenset[str]:
+    """The capabilities of the real cloud ``cloud_name`` ("aws", "alibaba", "tencent"), or "sandbox" (all)."""
+    try:
+        return _CAPABILITIES[cloud_name]
+    except KeyError:
+        raise ValueError(
+            f"no capability profile for {cloud_name!r}; use one of {', '.join(sorted(_CAPABILITIES))}"
+        ) from None
+
+
+class SandboxProvider:
+    """``providers.base.Provider`` over one SandboxCloud, posing as the cloud ``name``.
+
+    ``capabilities`` defaults to ``capabilities_like(name)``; ``regions`` are the
+    regions this provider serves (None: every region in the cloud's catalog).
+    """
+
+    def __init__(
+        self,
+        cloud: SandboxCloud,
+        name: str = "sandbox",
+        capabilities: frozenset[str] | None = None,
+        regions: Sequence[str] | None = None,
+        *,
+        page_size: int = 100,
+    ) -> None:
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        self.cloud = cloud
+        self.name = name
+        self.capabilities = frozenset(capabilities) if capabilities is not None else capabilities_like(name)
+        self._regions = None if regions is None else tuple(regions)
+        self._page_size = page_size
+
+    def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
+        offers = self._call(self.cloud.offers, self._served(regions))
+        return [o.model_copy(update={"provider": self.name}) for o in offers]
+
+    def launch(self, request: InstanceRequest) -> Instance:
+        offer = request.offer
+        if offer.provider != self.name:
+            raise InvalidRequest(
+                f"offer {offer.key} belongs to {offer.provider!r}, not {self.name!r}", provider=self.name
+            )
+        if self._regions is not None and offer.region not in self._regions:
+            raise InvalidRequest(
+                f"region {offer.region} is not served by {self.name} ({', '.join(self._regions)})",
+                provider=self.name,
+            )
+        max_price = None
+        if request.max_price is not None:
+            try:
+                max_price = Decimal(request.max_price)
+            except InvalidOperation:
+                raise InvalidRequest(
+                    f"max_price {request.max_price!r} is not a number", provider=self.name
+                ) from None
+        created = self._call(
+            self.cloud.launch,
+            region=offer.region,
+            zone=offer.zone,
+            instance_type=offer.instance_type,
+            capacity=request.capacity,
+            client_token=request.client_token,
+            tags=request.tags,
+            name=request.name,
+            image=request.image,
+            user_data=request.user_data,
+            max_price=max_price,
+        )
+        return self._instance(created)
+
+    def instances(self, tags: Mapping[str, str], regions: Sequence[str] | None = None) -> list[Instance]:
+        found: list[Instance] = []
+        token: str | None = None
+        while True:
+            page, token = self._call(
+                self.cloud.instances,
+                tags=tags,
+                regions=self._served(regions),
+                page_size=self._page_size,
+                page_token=token,
+            )
+            found.extend(self._instance(i) for i in page)
+            if token is None:
+                return found
+
+    def stop(self, ref: InstanceRef) -> None:
+        self._check_ref(ref)
+        current = self._call(self.cloud.get, ref.instance_id, ref.region)
+        if current.capacity is Capacity.spot and CAP_SPOT_STOP not in self.capabilities:
+            raise InvalidRequest(
+                f"{self.name} cannot stop spot instance {ref.instance_id}: spot instances here can only be terminated",
+                provider=self.name,
+                code="UnsupportedOperation",
+                fix="terminate the instance instead (ask for the spot_stop capability before stopping spot)",
+            )
+        self._call(self.cloud.stop, ref.instance_id, region=ref.region)
+
+    def start(self, ref: InstanceRef) -> None:
+        self._check_ref(ref)
+        self._call(self.cloud.start, ref.instance_id, region=ref.region)
+
+    def terminate(self, ref: InstanceRef) -> None:
+        self._check_ref(ref)
+        try:
+            self._call(self.cloud.terminate, ref.instance_id, region=ref.region)
+        except NotFound:
+            return  # already gone (or never there): that is what terminate wants
+
+    # --- inside -------------------------------------------------------------
+
+    def _served(self, regions: Sequence[str] | None) -> Sequence[str] | None:
+        if regions is None:
+            return self._regions
+        if self._regions is None:
+            return regions
+        return [r for r in regions if r in self._regions]
+
+    def _check_ref(self, ref: InstanceRef) -> None:
+        if ref.provider != self.name:
+            raise InvalidRequest(
+                f"instance {ref.instance_id} belongs to {ref.provider!r}, not {self.name!r}", provider=self.name
+            )
+
+    def _call(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        except ProviderError as exc:
+            if not exc.provider:
+                exc.provider = self.name
+            raise
+
+    def _instance(self, raw: SandboxInstance) -> Instance:
+        return Instance(
+            ref=InstanceRef(provider=self.name, region=raw.region, instance_id=raw.instance_id),
+            zone=raw.zone,
+            instance_type=raw.instance_type,
+            capacity=raw.capacity,
+            state=raw.state,
+            tags=dict(raw.tags),
+            client_token=raw.client_token,
+            launched_at=raw.launched_at,
+            preempted=raw.preempted,
+            preempt_reason=raw.preempt_reason,
+            interruption_notice_at=raw.interruption_notice_at,
+        )

@@ -1,0 +1,325 @@
+"""The daemon's HTTP API: jobs for the CLI, plus health and metrics for ops.
+
+Auth: every ``/v1`` route wants ``Authorization: Bearer <GPUSCHED_API_TOKEN>``,
+compared in constant time. A daemon without a token does not start.
+
+``/healthz`` and ``/metrics`` need no token, on purpose: liveness probes and
+Prometheus scrapers rarely carry one, and both answer only with counts and
+times (no job names, teams, ids or settings). Keep the port off the public
+internet (the default host is 127.0.0.1; in a cluster, a NetworkPolicy).
+
+Every error is JSON ``{"error": ..., "fix": ...}``; a job that cannot be
+accepted is 422 and adds ``problems``: ``[{field, message, example}]``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scheduler.agent import tokens as agent_token
+from scheduler.clock import Clock
+from scheduler.errors import (
+    GpuschedError,
+    JobFileError,
+    NotFoundError,
+    SettingsError,
+    UserError,
+)
+from scheduler.jobs.jobfile import parse_job, parse_job_text
+from scheduler.lifecycle import service
+from scheduler.lifecycle.agent_reports import rendezvous_of, report_finished, report_progress, report_rendezvous
+from scheduler.lifecycle.service import JobDetail, JobView
+from scheduler.logs import get_logger, register_secret
+from scheduler.models import JobSpec
+from scheduler.settings import Settings
+from scheduler.states import JobState
+from scheduler.store.database import Store
+
+log = get_logger(__name__)
+
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+JSON_TYPES = frozenset({"application/json", ""})
+MAX_BODY_BYTES = 1 << 20  # a job file is a few hundred bytes; anything near this is a mistake
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MIN_TOKEN_CHARS = 16
+TOKEN_FIX = (
+    "set GPUSCHED_API_TOKEN in the daemon's environment or .env, e.g. "
+    "GPUSCHED_API_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(32))'), "
+    "and give the CLI the same value"
+)
+
+
+def require_token(settings: Settings) -> str:
+    """The API token, or SettingsError: an API without one would accept jobs from anyone."""
+    token = settings.api_token.get_secret_value().strip() if settings.api_token else ""
+    if not token:
+        raise SettingsError("no API token is configured, so the daemon will not start", fix=TOKEN_FIX)
+    if len(token) < MIN_TOKEN_CHARS:
+        raise SettingsError(
+            f"GPUSCHED_API_TOKEN has {len(token)} characters; a guessable token is no protection",
+            fix=f"use at least {MIN_TOKEN_CHARS} random characters: " + TOKEN_FIX,
+        )
+    return token
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, error: str, fix: str | None = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.fix = status, error, fix
+
+
+def _error(status: int, error: str, fix: str | None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": error, "fix": fix, **extra}, status_code=status)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(_Unauthorized)
+    async def _unauthorized(_r: Request, _e: _Unauthorized) -> JSONResponse:
+        resp = _error(401, "missing or wrong API token", "send `Authorization: Bearer <token>`; "
+                      "the CLI sends GPUSCHED_API_TOKEN, which must equal the daemon's")
+        resp.headers["WWW-Authenticate"] = "Bearer"
+        return resp
+
+    @app.exception_handler(_BadRequest)
+    async def _bad_request(_r: Request, e: _BadRequest) -> JSONResponse:
+        return _error(e.status, e.error, e.fix)
+
+    @app.exception_handler(JobFileError)
+    async def _job_file(_r: Request, e: JobFileError) -> JSONResponse:
+        problems = [{"field": p.field, "message": p.message, "example": p.example} for p in e.problems]
+        return _error(422, e.message.splitlines()[0], "correct the fields below; "
+                      "`gpusched validate <file>` checks a file without the daemon",
+                      path=e.path, problems=problems)
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(_r: Request, e: NotFoundError) -> JSONResponse:
+        return _error(404, e.message, e.fix)
+
+    @app.exception_handler(UserError)
+    async def _user(_r: Request, e: UserError) -> JSONResponse:
+        return _error(400, e.message, e.fix)
+
+    @app.exception_handler(GpuschedError)
+    async def _ours(_r: Request, e: GpuschedError) -> JSONResponse:
+        log.error("api_error", error=type(e).__name__, message=e.message)
+        return _error(500, e.message, e.fix or "see the daemon's log")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, e: RequestValidationError) -> JSONResponse:
+        where = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        return _error(400, f"bad request: {where}", None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_r: Request, e: StarletteHTTPException) -> JSONResponse:
+        resp = _error(e.status_code, str(e.detail), None)
+        for k, v in (e.headers or {}).items():
+            resp.headers[k] = v
+        return resp
+
+    @app.exception_handler(Exception)
+    async def _crash(r: Request, e: Exception) -> JSONResponse:
+        log.error("api_crash", path=r.url.path, exc_info=e)
+        return _error(500, "internal error", "see the daemon's log")
+
+
+async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
+    """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``)."""
+    too_big = _BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes", "send one job file per request")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_big  # before reading it
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise too_big
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype in YAML_TYPES:
+        source = request.query_params.get("source") or "job.yaml"
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _BadRequest(400, "the job file is not UTF-8 text", "save it as UTF-8") from None
+        return await run_in_threadpool(parse_job_text, text, source), source
+    if ctype not in JSON_TYPES:
+        raise _BadRequest(415, f"cannot read a job from {ctype!r}",
+                          "send application/json {\"spec\": ..., \"source\": ...} or application/yaml")
+    try:
+        envelope = json.loads(body)
+    except ValueError:
+        raise _BadRequest(400, "the request body is not valid JSON",
+                          "send {\"spec\": <the job as JSON>, \"source\": \"job.yaml\"}") from None
+    if not isinstance(envelope, dict) or "spec" not in envelope or set(envelope) - {"spec", "source"}:
+        raise _BadRequest(400, "the request body must be {\"spec\": {...}, \"source\": \"...\"}",
+                          "put the job under \"spec\"; \"source\" (optional) names its file")
+    source = envelope.get("source") or "job.yaml"
+    if not isinstance(source, str):
+        raise _BadRequest(400, "\"source\" must be a file name", "e.g. \"source\": \"helmet.yaml\"")
+    return await run_in_threadpool(parse_job, envelope["spec"], source), source
+
+
+def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    lines += [f'{name}{{{label}="{key}"}} {n}' for key, n in counts.items()]
+    return lines
+
+
+class AgentProgress(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    epochs_done: int = Field(ge=0)
+    checkpoint_uri: str | None = Field(default=None, max_length=1024)
+
+
+class AgentFinished(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ok: bool
+    message: str = Field(default="", max_length=2000)
+
+
+class AgentRendezvous(BaseModel):
+    """Rank 0 of a multi-node attempt: the address its launcher listens on (``yolo.MASTER_PORT``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    node_rank: int = Field(ge=0)
+    addr: IPvAnyAddress
+
+
+def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
+    """Routes for on-instance agents: each authenticates with its job-scoped token, never the API token."""
+    key = agent_token.signing_key(api_token)
+
+    def scope(request: Request) -> tuple[str, int]:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            raise _Unauthorized()
+        try:
+            return agent_token.verify(key, given.strip(), clock.now())
+        except agent_token.AgentTokenError:
+            raise _Unauthorized() from None
+
+    router = APIRouter(prefix="/v1/agent")
+
+    @router.get("/job")
+    def my_job(claims: tuple[str, int] = Depends(scope)) -> dict[str, Any]:
+        detail = service.get_job(store, claims[0], events=0)
+        with store.session(write=False) as s:
+            master = rendezvous_of(s, claims[0], claims[1])
+        return {"job_id": detail.id, "attempt": claims[1], "spec": detail.spec,
+                "epochs_done": detail.epochs_done, "checkpoint_uri": detail.checkpoint_uri,
+                "master_addr": master}
+
+    @router.post("/rendezvous", status_code=204)
+    def rendezvous(body: AgentRendezvous, claims: tuple[str, int] = Depends(scope)) -> Response:
+        if body.node_rank != 0:
+            raise _BadRequest(400, "only rank 0 advertises the gang's address",
+                              "the other ranks read master_addr from GET /v1/agent/job")
+        with store.session() as s:
+            current = report_rendezvous(s, claims[0], claims[1], str(body.addr), clock.now())
+        if not current:
+            raise _BadRequest(409, f"attempt {claims[1]} is no longer running",
+                              "nothing to do: the daemon has moved the job on; this machine will be released")
+        log.info("agent_rendezvous", job_id=claims[0], attempt=claims[1], addr=str(body.addr))
+        return Response(status_code=204)
+
+    @router.post("/progress", status_code=204)
+    def progress(body: AgentProgress, claims: tuple[str, int] = Depends(scope)) -> Response:
+        with store.session() as s:
+            report_progress(s, claims[0], claims[1], body.epochs_done, body.checkpoint_uri, clock.now())
+        return Response(status_code=204)
+
+    @router.post("/finished", status_code=204)
+    def finished(body: AgentFinished, claims: tuple[str, int] = Depends(scope)) -> Response:
+        with store.session() as s:
+            report_finished(s, claims[0], claims[1], body.ok, clock.now(), body.message)
+        log.info("agent_finished", job_id=claims[0], attempt=claims[1], ok=body.ok)
+        return Response(status_code=204)
+
+    return router
+
+
+def create_app(
+    store: Store,
+    clock: Clock,
+    settings: Settings,
+    *,
+    health: Callable[[], dict[str, Any]] | None = None,
+    metrics: Callable[[], str] | None = None,
+) -> FastAPI:
+    """The API on ``store``. ``health`` adds the daemon's tick status to /healthz; ``metrics`` its counters."""
+    token = require_token(settings)
+    register_secret(token)
+    expected = token.encode()
+
+    def authorized(request: Request) -> None:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected):
+            raise _Unauthorized()
+
+    app = FastAPI(title="gpusched", version="1", docs_url=None, redoc_url=None)
+    _install_error_handlers(app)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
+
+    @v1.post("/jobs", status_code=201, response_model=JobView)
+    async def submit_job(request: Request) -> JobView:
+        spec, source = await _job_from_request(request)
+        view = await run_in_threadpool(lambda: service.submit(store, clock, spec, source=source))
+        log.info("job_submitted", job_id=view.id, team=view.team, kind=view.kind.value, source=source)
+        return view
+
+    @v1.get("/jobs", response_model=list[JobView])
+    def list_jobs(
+        state: JobState | None = None,
+        team: str | None = Query(default=None, max_length=63),
+        limit: int = Query(default=100, ge=1, le=service.MAX_LIST),
+    ) -> list[JobView]:
+        return service.list_jobs(store, state=state, team=team, limit=limit)
+
+    @v1.get("/jobs/{job_id}", response_model=JobDetail)
+    def get_job(job_id: str) -> JobDetail:
+        return service.get_job(store, job_id)
+
+    @v1.post("/jobs/{job_id}/cancel", response_model=JobView)
+    def cancel_job(job_id: str) -> JobView:
+        view = service.cancel(store, clock, job_id)
+        log.info("job_cancelled", job_id=view.id)
+        return view
+
+    app.include_router(v1)
+    app.include_router(_agent_router(store, clock, token))
+
+    @app.get("/healthz")
+    def healthz() -> JSONResponse:
+        body: dict[str, Any] = {"status": "ok", "last_tick": None}
+        if health is not None:
+            try:
+                body.update(health())
+            except Exception as exc:  # a broken health probe is an unhealthy daemon, not a crash
+                log.error("health_failed", exc_info=exc)
+                body.update(status="error", error=f"{type(exc).__name__}: {exc}")
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        lines = _gauge("gpusched_jobs", "Jobs in the store, by state.", "state", service.job_counts(store))
+        lines += _gauge(
+            "gpusched_instances", "Instances in the store, by state.", "state", service.instance_counts(store)
+        )
+        text = "\n".join(lines) + "\n"
+        if metrics is not None:
+            extra = metrics()
+            text += extra if extra.endswith("\n") or not extra else extra + "\n"
+        return PlainTextResponse(text, media_type=PROMETHEUS_TYPE)
+
+    return app

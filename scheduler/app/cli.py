@@ -1,0 +1,454 @@
+"""The ``gpusched`` command line (Typer + Rich).
+
+Commands that need the daemon (submit, status, cancel) talk to its HTTP API and
+say plainly when it cannot be reached. Commands that only read files or the
+store (validate, schema, plan, report, demo) work without it.
+Every user error exits with status 2 and a message with a fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from scheduler.errors import GpuschedError, JobFileError, ProviderError, UserError
+
+app = typer.Typer(
+    name="gpusched",
+    help="Schedule YOLOv9 jobs on rented cloud GPUs as cheaply as their deadlines allow.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings():
+    from scheduler.settings import load_settings
+
+    return load_settings()
+
+
+def _setup_logging(settings, *, daemon: bool = False) -> None:
+    from scheduler.logs import configure_logging
+
+    fmt = settings.log_format if daemon else "console"
+    level = settings.log_level if daemon else "warning"
+    configure_logging(fmt, level)
+
+
+# --- job files -------------------------------------------------------------------
+
+
+@app.command()
+def validate(files: list[Path] = typer.Argument(..., help="job.yaml files to check")) -> None:
+    """Check job files; print every problem with its field and a fix."""
+    from scheduler.jobs.jobfile import load_job_file
+
+    bad = 0
+    for f in files:
+        try:
+            spec = load_job_file(f)
+        except JobFileError as exc:
+            bad += 1
+            _print_job_error(exc)
+            continue
+        out.print(f"[green]ok[/green] {f}: {spec.kind.value} {spec.model} for team {spec.team}")
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of job.yaml (for editors and CI linters)."""
+    from scheduler.jobs.jobfile import job_json_schema
+
+    sys.stdout.write(json.dumps(job_json_schema(), indent=2) + "\n")
+
+
+@app.command("plan")
+def plan_cmd(
+    file: Path = typer.Argument(..., help="the job.yaml to plan"),
+    at: Optional[str] = typer.Option(None, help="plan as of this ISO time (default: now)"),
+    show: int = typer.Option(12, help="how many alternatives to show"),
+) -> None:
+    """Show where and how a job would run, what it would cost, and the alternatives."""
+    from providers.registry import build_providers
+    from scheduler.clock import SystemClock
+    from scheduler.jobs.jobfile import load_job_file
+    from scheduler.lifecycle.fleet import reserved_slots
+    from scheduler.planner.inputs import PlanJob, PlannerPolicy
+    from scheduler.planner.plan import options_for, plan
+
+    settings = _settings()
+    spec = load_job_file(file)
+    now = datetime.fromisoformat(at) if at else SystemClock().now()
+    providers = build_providers(settings, SystemClock())
+    offers = [o for p in providers.values() for o in p.offers()]
+    fleet = reserved_slots(settings.reserved, offers, now, strict=True)
+    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=spec.deadline_at(now))
+    policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
+    decision = plan([job], offers, fleet, now, policy)[0]
+    options = options_for(job, offers, fleet, now, policy)
+    title = f"{spec.name}: {spec.kind.value} {spec.model}"
+    if job.deadline_at:
+        title += f", deadline {job.deadline_at:%Y-%m-%d %H:%M %Z}"
+    if spec.policy.budget:
+        title += f", budget {spec.policy.budget}"
+    table = Table(title=title, show_lines=False)
+    for col in ("", "GPU", "cloud / region / instance type", "capacity", "est. hours", "est. cost",
+                "finish by (UTC)", "why"):
+        table.add_column(col, overflow="fold")
+    chosen = decision.choice
+    # One row per (cloud, GPU, instance type, capacity): its best zone. Zones of one type clutter the table.
+    shown, seen = [], set()
+    for opt in ([chosen] if chosen else []) + options:
+        key = (opt.provider, opt.gpu, opt.instance_type, opt.capacity, opt.source)
+        if key not in seen:
+            seen.add(key)
+            shown.append(opt)
+    for opt in shown[:show]:
+        mark = "→" if chosen is not None and opt == chosen else ""
+        style = "bold green" if mark else ("" if opt.feasible else "dim")
+        table.add_row(
+            mark,
+            f"{opt.gpu_count}x {opt.gpu}",
+            f"{opt.provider} / {opt.zone} / {opt.instance_type}",
+            opt.capacity.value + (" (warm)" if opt.source == "warm" else ""),
+            f"{opt.est_hours:.1f}",
+            str(opt.est_cost),
+            f"{opt.finish_by:%m-%d %H:%M}",
+            opt.why,
+            style=style,
+        )
+    out.print(table)
+    if len(shown) > show:
+        out.print(f"[dim]{len(shown) - show} more (cloud, GPU, type, capacity) choices: --show {len(shown)}[/dim]")
+    verdict = {"launch": "would launch", "reuse": "would reuse", "wait": "would wait", "refuse": "refused"}
+    out.print(f"[bold]{verdict[decision.action]}[/bold]: {decision.reason}")
+    if decision.action == "refuse":
+        raise typer.Exit(2)
+
+
+# --- the daemon's API ------------------------------------------------------------------
+
+
+def _client(settings):
+    from scheduler.app.client import ApiClient
+
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    return ApiClient(settings.base_url, token)
+
+
+@app.command()
+def submit(file: Path = typer.Argument(..., help="the job.yaml to submit")) -> None:
+    """Validate a job file and queue it with the daemon."""
+    from scheduler.jobs.jobfile import load_job_file
+
+    settings = _settings()
+    spec = load_job_file(file)
+    job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
+    out.print(f"submitted [bold]{job.id}[/bold] ({spec.name}, team {spec.team}): {job.state}")
+    out.print(f"watch it with: gpusched status {job.id}")
+
+
+@app.command()
+def status(
+    job_id: Optional[str] = typer.Argument(None, help="a job id for its details; omit to list jobs"),
+    state: Optional[str] = typer.Option(None, help="only jobs in this state"),
+    team: Optional[str] = typer.Option(None, help="only this team's jobs"),
+) -> None:
+    """List jobs, or show one job with its attempts and events."""
+    settings = _settings()
+    client = _client(settings)
+    if job_id:
+        detail = client.get_job(job_id)
+        out.print_json(detail.model_dump_json())
+        return
+    jobs = client.list_jobs(state=state, team=team)
+    table = Table(title=f"{len(jobs)} job(s)")
+    for col in ("id", "name", "team", "kind", "state", "progress", "reason"):
+        table.add_column(col, overflow="fold")
+    for j in jobs:
+        unit = "shards" if j.kind == "infer" else "ep"
+        progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
+        table.add_row(j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")
+    out.print(table)
+
+
+@app.command()
+def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
+    """Cancel a job; its machine is freed on the daemon's next tick."""
+    job = _client(_settings()).cancel(job_id)
+    out.print(f"{job.id}: {job.state}")
+
+
+@app.command(hidden=True)
+def agent() -> None:
+    """On a cloud instance: run this machine's job attempt and report to the daemon (started by cloud-init)."""
+    import httpx
+
+    from scheduler.agent.runner import AgentConfig, run_agent
+
+    cfg = AgentConfig.from_env()
+    _setup_logging(_settings(), daemon=True)
+    with httpx.Client(timeout=30) as http:
+        ok = run_agent(cfg, http)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def daemon() -> None:
+    """Run the scheduler: the tick, the monthly report and the HTTP API."""
+    from scheduler.app.wiring import run_daemon
+
+    settings = _settings()
+    _setup_logging(settings, daemon=True)
+    run_daemon(settings)
+
+
+# --- reports, demo, database -------------------------------------------------------------
+
+
+@app.command()
+def report(
+    month: str = typer.Option(..., help="the month, e.g. 2026-11"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for the files (default: the report dir)"),
+) -> None:
+    """Write the monthly cost report (HTML with charts, CSV, Markdown) from the store."""
+    from scheduler.accounting.reports import write_monthly_report
+
+    settings = _settings()
+    paths = write_monthly_report(settings, month, out_dir=out_dir)
+    for kind, path in paths.items():
+        out.print(f"{kind}: {path}")
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
+    seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
+    via_emulators: bool = typer.Option(False, "--via-emulators",
+                                       help="reach Alibaba and Tencent through their real SDKs and the HTTP emulators"),
+) -> None:
+    """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
+    from scheduler.simulation.demo import run_demo
+
+    run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
+
+
+bench_app = typer.Typer(help="Benchmarks on data the project did not make.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("spot-traces")
+def bench_spot_traces(
+    traces: Path = typer.Option(..., help="folder of the Can't Be Late spot traces (skypilot-org/spot-traces)"),
+    out_dir: Path = typer.Option(Path("spot-bench"), "--out", help="where the table, chart and JSON go"),
+    starts: int = typer.Option(300, help="start points per trace"),
+    seed: int = typer.Option(0, help="seed for the start points"),
+    workers: int = typer.Option(0, help="processes (0: one per core)"),
+) -> None:
+    """Replay real AWS spot traces: od-only, greedy, Uniform Progress, ours and the optimum."""
+    from scheduler.simulation.spotbench.bench import run_spot_bench
+    from scheduler.simulation.spotbench.report import render_markdown, write_outputs
+
+    result = run_spot_bench(traces, starts=starts, seed=seed, workers=workers)
+    write_outputs(result, out_dir)
+    sys.stdout.write(render_markdown(result) + "\n")
+    out.print(f"written to {out_dir}/")
+
+
+trace_app = typer.Typer(help="Workload traces for `gpusched simulate`.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+
+
+@trace_app.command("generate")
+def trace_generate(
+    out_file: Path = typer.Option(..., "--out", help="where to write the trace (.jsonl, or .jsonl.gz)"),
+    seed: int = typer.Option(1, help="seed (same seed, same trace)"),
+    month: str = typer.Option("2026-11", help="the month, e.g. 2026-11"),
+    teams: int = typer.Option(3, help="how many teams"),
+    jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
+) -> None:
+    """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
+    from scheduler.simulation.traces import main as generate
+
+    argv = ["--seed", str(seed), "--month", month, "--teams", str(teams), "--out", str(out_file)]
+    if jobs is not None:
+        argv += ["--jobs", str(jobs)]
+    raise typer.Exit(generate(argv))
+
+
+@app.command()
+def simulate(
+    trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
+    policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like"),
+    seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
+    output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
+    lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
+    tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
+                                       "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
+) -> None:
+    """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary."""
+    from providers.catalog import load_catalog
+    from scheduler.logs import configure_logging
+    from scheduler.settings import Settings
+    from scheduler.simulation.simulate import POLICIES, Submission
+    from scheduler.simulation.simulate import simulate as run_simulation
+    from scheduler.simulation.trace_file import load_trace
+
+    if policy not in POLICIES:
+        raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+    configure_logging("console", "warning")
+    entries = load_trace(trace)
+    subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
+    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
+    bound = None
+    if lower_bound:
+        from scheduler.simulation.lower_bound import lower_bound as solve_lower_bound
+
+        bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx).total
+    summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound, settings=settings)
+    text = summary.to_json()
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+    sys.stdout.write(text + "\n")
+
+
+@app.command()
+def perf(
+    model: Optional[list[str]] = typer.Option(None, help="only these models (repeat the option)"),
+    gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option)"),
+) -> None:
+    """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs."""
+    from scheduler.lifecycle.perf_learning import perf_table
+    from scheduler.store.database import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_url)
+    store.migrate()
+    with store.session(write=False) as s:
+        rows = perf_table(s, models=model or None, gpus=gpu or None)
+    store.dispose()
+    table = Table(title="training rate per GPU (images/s)")
+    for col in ("model", "GPU", "img", "rate", "source", "samples", "prior", "last measured"):
+        table.add_column(col)
+    for r in rows:
+        style = "bold" if r.source == "measured" else ""
+        table.add_row(r.model, r.gpu, str(r.img_size), f"{r.rate_img_s:.1f}", r.source, str(r.samples),
+                      f"{r.prior_rate:.1f}", f"{r.last_seen:%Y-%m-%d %H:%M}" if r.last_seen else "-", style=style)
+    out.print(table)
+
+
+providers_app = typer.Typer(help="Cloud providers: credentials, reachability, offers.", no_args_is_help=True)
+app.add_typer(providers_app, name="providers")
+
+
+@providers_app.command("check")
+def providers_check() -> None:
+    """One line per provider: can we reach it with these credentials? (No secret is printed.)"""
+    from providers.registry import build_providers, check_provider
+    from scheduler.clock import SystemClock
+
+    settings = _settings()
+    _setup_logging(settings)
+    failed = 0
+    for name, provider in sorted(build_providers(settings, SystemClock()).items()):
+        ok, detail = check_provider(provider, settings.cluster)
+        failed += not ok
+        mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
+        out.print(f"{mark} {name:<8} {detail}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def offers(
+    gpu: Optional[str] = typer.Option(None, help="only this GPU model, e.g. A10"),
+    provider: Optional[str] = typer.Option(None, help="only this provider"),
+    region: Optional[str] = typer.Option(None, help="only this region"),
+) -> None:
+    """Live offers from the configured providers (catalog prices where a cloud gives none)."""
+    from providers.registry import build_providers
+    from scheduler.clock import SystemClock
+
+    settings = _settings()
+    _setup_logging(settings)
+    rows = []
+    for name, prov in sorted(build_providers(settings, SystemClock()).items()):
+        if provider and name != provider:
+            continue
+        rows += [o for o in prov.offers([region] if region else None) if gpu is None or o.gpu == gpu]
+    table = Table(title=f"{len(rows)} offer(s)")
+    for col in ("cloud", "zone", "instance type", "GPU", "vCPU", "on-demand /h", "spot /h", "stock", "price source"):
+        table.add_column(col, overflow="fold")
+    for o in sorted(rows, key=lambda o: (o.gpu, o.provider, o.zone, o.instance_type)):
+        table.add_row(o.provider, o.zone, o.instance_type, f"{o.gpu_count}x {o.gpu}", str(o.vcpus),
+                      str(o.on_demand.per_hour) if o.on_demand else "-", str(o.spot.per_hour) if o.spot else "-",
+                      f"{o.on_demand_stock.value}/{o.spot_stock.value}",
+                      (o.spot or o.on_demand).source if (o.spot or o.on_demand) else "")
+    out.print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the store to the latest schema."""
+    from scheduler.store.database import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    Store(settings.db_url).migrate()
+    out.print(f"store at {settings.db_url} is up to date")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def _print_job_error(exc: JobFileError) -> None:
+    err.print(f"[red]error[/red] in {escape(exc.path)}:")
+    for p in exc.problems:
+        err.print(f"  [bold]{escape(p.field)}[/bold]: {escape(p.message)}")
+        if p.example:
+            err.print(f"      e.g. {escape(p.example)}")
+
+
+def main() -> None:
+    """Console entry point: user errors become a message and exit status 2."""
+    try:
+        app()
+    except JobFileError as exc:
+        _print_job_error(exc)
+        sys.exit(2)
+    except UserError as exc:
+        err.print(f"[red]error[/red]: {escape(exc.message)}")
+        if exc.fix:
+            err.print(f"  fix: {escape(exc.fix)}")
+        sys.exit(2)
+    except ProviderError as exc:
+        err.print(f"[red]cloud error[/red] ({escape(exc.provider or 'provider')} {escape(exc.code)}): "
+                  f"{escape(exc.message)}")
+        if exc.fix:
+            err.print(f"  fix: {escape(exc.fix)}")
+        sys.exit(1)
+    except GpuschedError as exc:
+        err.print(f"[red]error[/red]: {escape(str(exc))}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The CLI's client for the daemon's HTTP API.
+
+Every failure becomes one of our errors with a fix: the daemon not running,
+a wrong token, a job file the daemon refused (rebuilt field by field, so the
+CLI prints it exactly as it prints a local validation error), an unknown id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+
+from scheduler.errors import (
+    DaemonUnreachable,
+    FieldProblem,
+    GpuschedError,
+    JobFileError,
+    NotFoundError,
+    UserError,
+)
+from scheduler.lifecycle.service import JobDetail, JobView
+from scheduler.states import JobState
+
+M = TypeVar("M", JobView, JobDetail)
+
+UNREACHABLE_FIX = "start it with `gpusched daemon` (or set GPUSCHED_API_URL)"
+TOKEN_FIX = "set GPUSCHED_API_TOKEN to the daemon's token (in the environment or .env)"
+
+
+class ApiClient:
+    """Talks to ``base_url`` (e.g. http://127.0.0.1:8642) with a bearer token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 10,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._has_token = bool(token)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport, timeout=timeout)
+        self._timeout = timeout
+
+    # --- the API
+
+    def submit(self, spec: dict[str, Any], source: str) -> JobView:
+        """Queue a job given as the JSON form of a job.yaml (``JobSpec.model_dump(mode="json")``)."""
+        return self._parse(JobView, self._call("POST", "/v1/jobs", json={"spec": spec, "source": source}))
+
+    def submit_text(self, text: str, source: str) -> JobView:
+        """Queue a job given as job.yaml text; the daemon parses it."""
+        body = self._call(
+            "POST", "/v1/jobs", content=text.encode(), params={"source": source},
+            headers={"Content-Type": "application/yaml"},
+        )
+        return self._parse(JobView, body)
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
+    ) -> list[JobView]:
+        params: dict[str, str | int] = {"limit": limit}
+        if state:
+            params["state"] = str(state)
+        if team:
+            params["team"] = team
+        body = self._call("GET", "/v1/jobs", params=params)
+        if not isinstance(body, list):
+            raise self._mismatch("a list of jobs")
+        return [self._parse(JobView, j) for j in body]
+
+    def get_job(self, job_id: str) -> JobDetail:
+        return self._parse(JobDetail, self._call("GET", f"/v1/jobs/{_path_part(job_id)}"))
+
+    def cancel(self, job_id: str) -> JobView:
+        return self._parse(JobView, self._call("POST", f"/v1/jobs/{_path_part(job_id)}/cancel"))
+
+    def health(self) -> dict[str, Any]:
+        """The daemon's /healthz answer; an unhealthy daemon (503) still answers with its status."""
+        response = self._send("GET", "/healthz")
+        if response.status_code in (200, 503):
+            return _json(response, self.base_url)
+        return self._raise_for(response)
+
+    # --- plumbing
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _parse(self, model: type[M], data: Any) -> M:
+        try:
+            return model.model_validate(data)
+        except ValidationError:
+            raise self._mismatch(f"a {model.__name__}") from None
+
+    def _mismatch(self, wanted: str) -> GpuschedError:
+        return GpuschedError(
+            f"the daemon at {self.base_url} did not answer with {wanted}",
+            fix="run the same gpusched version for the CLI and the daemon",
+        )
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise DaemonUnreachable(
+                f"cannot reach the gpusched daemon at {self.base_url} (no answer within {self._timeout:g} s)",
+                fix=UNREACHABLE_FIX,
+            ) from None
+        except httpx.TransportError:
+            raise DaemonUnreachable(
+                f"cannot reach the gpusched daemon at {self.base_url}", fix=UNREACHABLE_FIX
+            ) from None
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._send(method, path, **kwargs)
+        if response.is_success:
+            return _json(response, self.base_url)
+        return self._raise_for(response)
+
+    def _raise_for(self, response: httpx.Response) -> Any:
+        status = response.status_code
+        body = _error_body(response)
+        error, fix = str(body.get("error") or f"HTTP {status}"), body.get("fix")
+        if status == 401:
+            if not self._has_token:
+                raise UserError("the daemon wants an API token and none is set", fix=TOKEN_FIX)
+            raise UserError("the daemon refused the API token", fix=TOKEN_FIX)
+        if status == 422 and isinstance(body.get("problems"), list):
+            problems = [
+                FieldProblem(str(p.get("field", "")), str(p.get("message", "")), p.get("example"))
+                for p in body["problems"]
+                if isinstance(p, dict)
+            ]
+            raise JobFileError(str(body.get("path") or "job"), problems)
+        if status == 404:
+            raise NotFoundError(error, fix=fix or "list jobs with `gpusched status`")
+        if 400 <= status < 500:
+            raise UserError(error, fix=fix)
+        raise GpuschedError(
+            f"the gpusched daemon at {self.base_url} failed: {error}", fix=fix or "see the daemon's log"
+        )
+
+
+def _path_part(job_id: str) -> str:
+    # A slash or ".." would reach another route, even escaped (the server decodes %2F first).
+    if not job_id or "/" in job_id or job_id in (".", ".."):
+        raise NotFoundError(f"no job {job_id!r}", fix="list jobs with `gpusched status`")
+    return quote(job_id, safe="")
+
+
+def _json(response: httpx.Response, base_url: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise GpuschedError(
+            f"{base_url} answered HTTP {response.status_code} with something that is not JSON",
+            fix="check that GPUSCHED_API_URL points at the gpusched daemon, not another server",
+        ) from None
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+

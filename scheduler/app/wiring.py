@@ -1,0 +1,54 @@
+"""The composition root: builds providers, the tick context and the daemon from Settings.
+
+Everything that wires concrete parts together lives here, so every other module
+takes its collaborators as arguments (and tests can hand in fakes).
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from providers.registry import build_providers
+from scheduler.accounting.reports import previous_month, write_monthly_report
+from scheduler.app.api import create_app
+from scheduler.app.daemon import Daemon
+from scheduler.clock import Clock, ScaledClock, SystemClock
+from scheduler.errors import UserError
+from scheduler.lifecycle import tick as lifecycle
+from scheduler.lifecycle.context import TickContext
+from scheduler.settings import Settings
+from scheduler.simulation.simagent import SimAgents
+from scheduler.store.database import Store
+
+log = structlog.get_logger("gpusched.runtime")
+
+
+def run_daemon(settings: Settings) -> None:
+    """Build everything from settings and serve until SIGTERM."""
+
+    if settings.api_token is None:
+        raise UserError("the daemon needs an API token", fix="set GPUSCHED_API_TOKEN (e.g. `openssl rand -hex 24`)")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else ScaledClock(settings.sandbox_speedup)
+    store = Store(settings.db_url)
+    store.migrate()
+    providers = build_providers(settings, clock)
+    ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings)
+    agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
+        if settings.backend == "sandbox" or settings.sim_agents else None
+
+    def tick() -> object:
+        if agents is not None:
+            agents.step(clock.now())
+        return lifecycle.tick(ctx)
+
+    def monthly_report() -> object:
+        return write_monthly_report(settings, previous_month(clock.now()), now=clock.now(), store=store)
+
+    daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report, app=None)
+    app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics)
+    daemon.app = app
+    log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,
+             store=settings.db_url.split("@")[-1])
+    daemon.start_jobs()
+    daemon.serve()

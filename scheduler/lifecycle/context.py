@@ -1,0 +1,90 @@
+"""What one tick works with (the context) and what it reports; shared by the tick's phases."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from providers.base import (
+    Provider,
+)
+from scheduler.clock import Clock
+from scheduler.lifecycle.idle_window import WarmMemo
+from scheduler.lifecycle.offerbook import OfferBook
+from scheduler.lifecycle.perf_learning import RatesMemo
+from scheduler.models import JobSpec
+from scheduler.planner.inputs import PlannerPolicy
+from scheduler.settings import Settings
+from scheduler.store.database import Store
+
+log = structlog.get_logger("gpusched.tick")
+
+
+
+class SimulatedCrash(BaseException):
+    """Raised at a named crash point in tests: the process 'dies' there."""
+
+
+@dataclass
+class TickContext:
+    store: Store
+    providers: Mapping[str, Provider]
+    clock: Clock
+    settings: Settings
+    offers: OfferBook = field(default_factory=OfferBook)
+    rates: RatesMemo = field(default_factory=RatesMemo)  # learned training rates, refreshed on new samples
+    warm: WarmMemo = field(default_factory=WarmMemo)  # whether keeping idle machines warm pays, per kind
+    policy: PlannerPolicy | None = None
+    # Tests set this to kill the tick at a named point (FoundationDB's BUGGIFY idea).
+    crashpoint: Callable[[str], None] = lambda name: None
+    rng_seed: int = 0
+    # The steering rule's memory: how spot looked per job, and where moved jobs go next.
+    spot_watch: dict = field(default_factory=dict)
+    capacity_override: dict[str, str] = field(default_factory=dict)
+    capacity_moved: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> (attempt a move launched, target)
+    last_tick_at: datetime | None = None
+    # False only for the skypilot-like baseline: a preempted job restarts from scratch.
+    resume_after_preemption: bool = True
+    # Repeatable instance ids for simulations; None in the daemon.
+    ids: random.Random | None = None
+
+    # Parsed job specs by job id: a spec never changes after submission, and validating it
+    # again for every running job on every tick was a good part of a busy tick.
+    specs: dict[str, JobSpec] = field(default_factory=dict)
+
+    def spec_of(self, job_id: str, spec_json: dict) -> JobSpec:
+        spec = self.specs.get(job_id)
+        if spec is None:
+            if len(self.specs) >= 20_000:
+                self.specs.clear()  # bounded: a long-lived daemon sees jobs come and go
+            spec = self.specs[job_id] = JobSpec.model_validate(spec_json)
+        return spec
+
+    def planner_policy(self) -> PlannerPolicy:
+        if self.policy is None:
+            self.policy = PlannerPolicy(currency=self.settings.report_currency, fx=self.settings.fx)
+        return self.policy
+
+
+@dataclass
+class TickReport:
+    at: datetime
+    launched: int = 0
+    reused: int = 0
+    preempted: int = 0
+    finished: int = 0
+    idle_stopped: int = 0
+    orphans_terminated: int = 0
+    launch_failures: int = 0
+    moved: int = 0  # jobs moved between spot and on-demand by the steering rule
+    cost_records: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def backoff_rng(ctx: TickContext, now: datetime) -> random.Random:
+    """Jitter for back-off: seeded from the tick time so a simulated run repeats exactly."""
+    return random.Random(ctx.rng_seed * 1_000_003 + int(now.timestamp()))

@@ -1,0 +1,387 @@
+"""The performance model learns: observed epoch times replace the priors.
+
+Each progress report from an on-instance agent (epoch N finished) becomes one
+sample in ``perf_samples``: the wall time since the previous report, divided by
+the epochs it covers, turned into a per-GPU training rate with
+``perf.observed_rate``. ``measured_rates`` condenses the samples into the
+``measured`` mapping that ``planner.plan`` and ``perf.estimate`` take;
+``perf_table`` shows every number with where it came from.
+
+Why a median of the newest samples: an epoch's time is noisy (a report that
+arrives late, the first epoch's warm-up, a neighbour on the host), and a GPU's
+real speed drifts with drivers and images. The median ignores the odd spike
+and the window lets old measurements age out.
+
+The first report of an attempt has no previous report to measure from: its
+time runs from the attempt's start, which also covers the boot-to-training
+setup (image pull, dataset and checkpoint download). The agent does not report
+when setup ends, so the performance model's own ``setup_hours`` estimate is
+taken off; a setup that ran much longer or shorter than estimated skews that
+one sample, and the median absorbs it. Samples from the close-mosaic epochs at
+the end of a run are kept: they are faster only where data loading is the
+bottleneck, and the window is dominated by the many mosaic epochs before them.
+
+Pure where it can be; the only I/O goes through the session passed in.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Literal
+
+import structlog
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from providers.catalog import load_catalog
+from scheduler.errors import UserError
+from scheduler.gpus import GPUS
+from scheduler.jobs import perf
+from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
+from scheduler.states import AttemptState, JobState
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
+from scheduler.times import utc
+
+log = structlog.get_logger("gpusched.perf")
+
+Key = tuple[str, str, int]  # (model, gpu, img_size): the key of perf.estimate's ``measured``
+SampleSource = Literal["agent", "simulated"]
+
+# A sample this far from the prior is a broken clock, a stalled job or a
+# mis-sized dataset, not a GPU: the priors are rough, but not 10x wrong.
+OUTLIER_FACTOR = 10.0
+RECENT = 20  # how many of a key's newest samples the median looks at
+PRIOR_IMG_SIZE = 640  # perf_table lists every model x GPU prior at this size
+
+
+class PerfRow(Frozen):
+    """One line of ``gpusched perf``: the rate the planner uses and where it came from."""
+
+    model: str
+    gpu: str
+    img_size: int
+    rate_img_s: float  # per GPU: the measured median when source is "measured", else the prior
+    source: Literal["prior", "measured"]
+    samples: int  # samples recorded for this key (within max_age); the median reads the newest RECENT
+    prior_rate: float  # GPU-bound prior; on a given machine the data loader may cap it lower
+    last_seen: datetime | None  # newest sample
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What the samples of one key say; ``rate_img_s`` is None below ``min_samples``."""
+
+    rate_img_s: float | None
+    samples: int
+    last_seen: datetime
+
+
+# --- recording ----------------------------------------------------------------------
+
+
+def report_since(job: JobRow, attempt: AttemptRow) -> datetime | None:
+    """When the interval a progress report closes began: read BEFORE the report updates the job.
+
+    The first report of an attempt measures from the attempt's start. Later
+    ones measure from the previous report, which is when ``report_progress``
+    last set ``job.updated_at`` (nothing else writes it while the job runs).
+    """
+    if job.epochs_done <= attempt.start_epoch:
+        return utc(attempt.started_at) if attempt.started_at else None
+    return utc(job.updated_at)
+
+
+def learn_from_progress(
+    session: Session,
+    *,
+    job: JobRow,
+    attempt: AttemptRow,
+    epochs_done: int,
+    now: datetime,
+    source: SampleSource = "agent",
+) -> PerfSampleRow | None:
+    """``record_epochs`` as ``agent_reports.report_progress`` needs it: call before it updates the job."""
+    if JobState(job.state) is not JobState.running or AttemptState(attempt.state) is not AttemptState.running:
+        return None
+    since = report_since(job, attempt)
+    instance = session.get(InstanceRow, attempt.instance_id) if attempt.instance_id else None
+    if since is None or instance is None:
+        return None
+    return record_epochs(session, job=job, attempt=attempt, instance=instance, epochs_before=job.epochs_done,
+                         epochs_after=epochs_done, since=since, now=now, source=source)
+
+
+def record_epochs(
+    session: Session,
+    *,
+    job: JobRow,
+    attempt: AttemptRow,
+    instance: InstanceRow,
+    epochs_before: int,
+    epochs_after: int,
+    since: datetime,
+    now: datetime,
+    vcpus: int | None = None,
+    source: SampleSource = "agent",
+) -> PerfSampleRow | None:
+    """Record one sample: the epochs ``epochs_before`` -> ``epochs_after`` took ``now - since``.
+
+    ``since`` is when the previous report of this attempt arrived, or the
+    attempt's start for its first report (``epochs_before <= attempt.start_epoch``),
+    in which case the estimated setup time is taken off (see the module doc).
+    ``vcpus`` sizes the data-loading ceiling of the prior the outlier check
+    compares against; None looks the instance type up in the bundled catalog.
+    Returns the row added to the session, or None when the report teaches
+    nothing (not a train job, no new epoch, no time elapsed, an outlier).
+    """
+    epochs = epochs_after - epochs_before
+    spec = JobSpec.model_validate(job.spec_json)
+    if epochs <= 0 or spec.kind is not Kind.train or spec.data is None or not spec.data.train_images:
+        return None
+    train = spec.train or TrainSpec()
+    nodes = spec.resources.nodes
+    context = {"job_id": job.id, "attempt": attempt.number, "gpu": instance.gpu,
+               "epochs": f"{epochs_before}->{epochs_after}"}
+    vcpus = vcpus if vcpus is not None else catalog_vcpus(instance.instance_type)
+    try:
+        # Only setup_hours and the physical batch are read here, and neither depends on vCPUs.
+        est = perf.estimate(spec, instance.gpu, instance.gpu_count, epochs_done=attempt.start_epoch, nodes=nodes)
+        prior = prior_rate(spec.model, instance.gpu, train.img_size, vcpus=vcpus, gpu_count=instance.gpu_count,
+                           batch=est.physical_batch)
+    except UserError as exc:  # a GPU or model the performance model does not know
+        log.warning("perf_sample_skipped", reason=str(exc), **context)
+        return None
+
+    elapsed = (utc(now) - utc(since)).total_seconds()
+    if epochs_before <= attempt.start_epoch:
+        elapsed -= est.setup_hours * 3600
+    if elapsed <= 0:
+        log.info("perf_sample_dropped", reason=f"no time left for {epochs} epoch(s) ({elapsed:.0f} s)",
+                    **context)
+        return None
+    epoch_seconds = elapsed / epochs
+    val_images = spec.data.val_images or 0
+    rate = perf.observed_rate(epoch_seconds, spec.data.train_images, val_images, gpu_count=instance.gpu_count,
+                              nodes=nodes)
+    why = outlier(rate, prior)
+    if why is not None:
+        log.info("perf_sample_dropped", reason=why, rate_img_s=round(rate, 2), prior_img_s=round(prior, 2),
+                    **context)
+        return None
+    row = PerfSampleRow(
+        at=utc(now), job_id=job.id, attempt=attempt.number, model=spec.model, gpu=instance.gpu,
+        gpu_count=instance.gpu_count, nodes=nodes, img_size=train.img_size, batch=est.physical_batch,
+        train_images=spec.data.train_images, val_images=val_images, epoch_seconds=epoch_seconds,
+        rate_img_s=rate, source=source,
+    )
+    session.add(row)
+    return row
+
+
+def prior_rate(model: str, gpu: str, img_size: int, *, vcpus: int | None = None, gpu_count: int = 1,
+               batch: int | None = None) -> float:
+    """The per-GPU training rate ``perf.estimate`` assumes without measurements.
+
+    With ``vcpus`` it is capped by the mosaic data loader, as on that machine;
+    without, it is the GPU-bound rate alone.
+    """
+    rate = perf.gpu_bound_rate(model, gpu, img_size)
+    if vcpus is None:
+        return rate
+    if batch is None:
+        return min(rate, perf.cpu_bound_rate(vcpus, gpu_count))
+    return min(rate, perf.cpu_bound_rate(vcpus, gpu_count, batch))
+
+
+def outlier(rate: float, prior: float) -> str | None:
+    """Why ``rate`` is too far from ``prior`` to trust, or None when it is plausible."""
+    if not math.isfinite(rate) or rate <= 0:
+        return f"rate {rate} img/s is not a rate"
+    if rate > prior * OUTLIER_FACTOR:
+        return f"{rate:.1f} img/s is over {OUTLIER_FACTOR:g}x the prior {prior:.1f} img/s"
+    if rate < prior / OUTLIER_FACTOR:
+        return f"{rate:.1f} img/s is under 1/{OUTLIER_FACTOR:g} of the prior {prior:.1f} img/s"
+    return None
+
+
+@lru_cache(maxsize=1)
+def _catalog_vcpus() -> dict[str, int]:
+    return {o.instance_type: o.vcpus for o in load_catalog()}
+
+
+def catalog_vcpus(instance_type: str) -> int | None:
+    """vCPUs of an instance type in the bundled catalog; None when it is not listed."""
+    return _catalog_vcpus().get(instance_type)
+
+
+# --- learning -----------------------------------------------------------------------
+
+
+def measured_rates(
+    session: Session,
+    *,
+    min_samples: int = 2,
+    max_age: timedelta | None = None,
+    now: datetime | None = None,
+    recent: int = RECENT,
+    sources: Collection[SampleSource] | None = None,
+) -> dict[Key, float]:
+    """The ``measured`` mapping for ``planner.plan``: median of each key's newest ``recent`` samples.
+
+    Only keys with at least ``min_samples`` samples appear. ``max_age`` (with
+    ``now``) ignores samples older than that; ``sources`` limits which kinds count.
+    """
+    learned = learn(session, min_samples=min_samples, max_age=max_age, now=now, recent=recent, sources=sources)
+    return {key: l.rate_img_s for key, l in learned.items() if l.rate_img_s is not None}
+
+
+@dataclass
+class RatesMemo:
+    """``measured_rates`` for the tick, read again only when a sample was added.
+
+    Samples are only ever appended, so the newest id says whether anything changed;
+    re-ranking a month of samples on every plan would grow with the month. With ``now``,
+    the samples are looked at no more than once per ``refresh``: a busy fleet reports an
+    epoch every few seconds, and a median of medians moves slowly."""
+
+    refresh: timedelta = timedelta(minutes=10)
+    newest: int | None = None
+    checked: datetime | None = None
+    rates: dict[Key, float] = field(default_factory=dict)
+
+    def get(self, session: Session, now: datetime | None = None) -> dict[Key, float]:
+        if now is not None and self.checked is not None and now - self.checked < self.refresh:
+            return self.rates
+        self.checked = now
+        newest = session.scalar(select(func.max(PerfSampleRow.id)))
+        if newest != self.newest:
+            self.rates, self.newest = measured_rates(session), newest
+        return self.rates
+
+
+def learn(
+    session: Session,
+    *,
+    min_samples: int = 2,
+    max_age: timedelta | None = None,
+    now: datetime | None = None,
+    recent: int = RECENT,
+    sources: Collection[SampleSource] | None = None,
+) -> dict[Key, Learned]:
+    """Every key with samples, and what they say (see ``measured_rates``)."""
+    if min_samples < 1 or recent < min_samples:
+        raise ValueError(f"need 1 <= min_samples <= recent, got min_samples={min_samples}, recent={recent}")
+    if max_age is not None and now is None:
+        raise ValueError("max_age needs now: the age is counted back from it")
+    key_cols = (PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size)
+    # Window functions keep the read bounded by keys x recent, however many samples pile up.
+    newest_first = (PerfSampleRow.at.desc(), PerfSampleRow.id.desc())
+    ranked = select(
+        *key_cols,
+        PerfSampleRow.rate_img_s,
+        PerfSampleRow.at,
+        func.row_number().over(partition_by=key_cols, order_by=newest_first).label("rank"),
+        func.count().over(partition_by=key_cols).label("total"),
+    )
+    if max_age is not None and now is not None:
+        ranked = ranked.where(PerfSampleRow.at >= utc(now) - max_age)
+    if sources is not None:
+        ranked = ranked.where(PerfSampleRow.source.in_(list(sources)))
+    sub = ranked.subquery()
+    rows = session.execute(
+        select(sub.c.model, sub.c.gpu, sub.c.img_size, sub.c.rate_img_s, sub.c.at, sub.c.total)
+        .where(sub.c.rank <= recent)
+    ).all()
+    samples = (((r.model, r.gpu, r.img_size), r.rate_img_s, utc(r.at), r.total) for r in rows)
+    return summarise(samples, min_samples=min_samples)
+
+
+def summarise(rows: Iterable[tuple[Key, float, datetime, int]], *, min_samples: int = 2) -> dict[Key, Learned]:
+    """Median per key of (key, rate, at, samples-of-that-key) rows; a rate only with ``min_samples``."""
+    rates: dict[Key, list[float]] = defaultdict(list)
+    last: dict[Key, datetime] = {}
+    totals: dict[Key, int] = {}
+    for key, rate, at, total in rows:
+        rates[key].append(rate)
+        last[key] = max(at, last.get(key, at))
+        totals[key] = total
+    return {
+        key: Learned(
+            rate_img_s=statistics.median(values) if totals[key] >= min_samples else None,
+            samples=totals[key],
+            last_seen=last[key],
+        )
+        for key, values in rates.items()
+    }
+
+
+# --- the table behind `gpusched perf` -------------------------------------------------
+
+
+def perf_table(
+    session: Session,
+    models: Sequence[str] | None = None,
+    gpus: Sequence[str] | None = None,
+    *,
+    min_samples: int = 2,
+    max_age: timedelta | None = None,
+    now: datetime | None = None,
+    recent: int = RECENT,
+) -> list[PerfRow]:
+    """Every model x GPU prior at 640 px plus every measured key, marked prior or measured.
+
+    ``models`` / ``gpus`` keep only those names. Rows come in the performance
+    model's order of models, then ``scheduler.gpus`` order, then image size.
+    """
+    learned = learn(session, min_samples=min_samples, max_age=max_age, now=now, recent=recent)
+    keys = {(m, g, PRIOR_IMG_SIZE) for m in perf.VARIANTS for g in GPUS} | set(learned)
+    rows = []
+    for model, gpu, img_size in sorted(keys, key=_display_order):
+        if (models is not None and model not in models) or (gpus is not None and gpu not in gpus):
+            continue
+        try:
+            prior = perf.gpu_bound_rate(model, gpu, img_size)
+        except UserError:  # samples of a GPU or model this version no longer knows
+            log.warning("perf_key_unknown", model=model, gpu=gpu, img_size=img_size)
+            continue
+        seen = learned.get((model, gpu, img_size))
+        measured = seen.rate_img_s if seen else None
+        rows.append(PerfRow(
+            model=model, gpu=gpu, img_size=img_size,
+            rate_img_s=measured if measured is not None else prior,
+            source="measured" if measured is not None else "prior",
+            samples=seen.samples if seen else 0,
+            prior_rate=prior,
+            last_seen=seen.last_seen if seen else None,
+        ))
+    return rows
+
+
+def _display_order(key: Key) -> tuple[int, str, int, str, int]:
+    model, gpu, img_size = key
+    model_ix = list(perf.VARIANTS).index(model) if model in perf.VARIANTS else len(perf.VARIANTS)
+    gpu_ix = list(GPUS).index(gpu) if gpu in GPUS else len(GPUS)
+    return model_ix, model, gpu_ix, gpu, img_size
+
+
+__all__ = [
+    "Learned",
+    "PerfRow",
+    "RatesMemo",
+    "catalog_vcpus",
+    "learn",
+    "learn_from_progress",
+    "measured_rates",
+    "outlier",
+    "perf_table",
+    "prior_rate",
+    "record_epochs",
+    "report_since",
+    "summarise",
+]

@@ -1,0 +1,131 @@
+"""The idle reaper: machines nobody uses are stopped (stop-charging) or terminated.
+
+A machine whose job ended stays warm ``idle_stop_minutes`` for reuse, or, when its
+job left that to the daemon (``GPUSCHED_IDLE_WARM=learned``), only where recent
+history says the wait pays (``idle_window``). Prepaid
+reserved machines are left alone (stopping saves nothing), and a stopped machine is
+terminated after ``stopped_retention_hours`` (its disk still bills).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from providers.base import (
+    CAP_SPOT_STOP,
+    CAP_STOP_CHARGING,
+    InstanceRef,
+    ProviderError,
+)
+from providers.retry import call_with_retry
+from scheduler.accounting import ledger
+from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.transitions import set_instance
+from scheduler.models import Capacity
+from scheduler.states import (
+    InstanceRowState,
+)
+from scheduler.store.database import add_event
+from scheduler.store.tables import InstanceRow
+from scheduler.times import utc
+
+log = structlog.get_logger("gpusched.tick")
+
+I = InstanceRowState
+
+
+# --- the idle reaper -----------------------------------------------------------------
+
+
+def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    """Stop (stop-charging) or terminate machines idle longer than their idle_stop_minutes."""
+    reserved_until = {(r.provider, r.region, r.instance_type): utc(r.until) for r in ctx.settings.reserved}
+    with ctx.store.session() as s:
+        idle = s.scalars(
+            select(InstanceRow).where(
+                InstanceRow.state == I.running.value,
+                InstanceRow.job_id.is_(None),
+                InstanceRow.idle_since.is_not(None),
+            ).order_by(InstanceRow.id)
+        ).all()
+        due = []
+        for row in idle:
+            until = reserved_until.get((row.provider, row.region, row.instance_type))
+            if row.reserved and until is not None and until > now:
+                continue  # prepaid: stopping it saves nothing, keeping it warm saves a boot
+            why = _why_stop(ctx, s, row, now)
+            if why is not None:
+                due.append((row.id, row.provider, row.region, row.cloud_id, row.capacity, why))
+    for row_id, prov, region, cloud_id, capacity, why in due:
+        provider = ctx.providers.get(prov)
+        if provider is None or cloud_id is None:
+            continue
+        ref = InstanceRef(provider=prov, region=region, instance_id=cloud_id)
+        can_stop = CAP_STOP_CHARGING in provider.capabilities and (
+            capacity != Capacity.spot.value or CAP_SPOT_STOP in provider.capabilities
+        )
+        action = "stopped" if can_stop else "terminated"
+        try:
+            if can_stop:
+                call_with_retry(lambda: provider.stop(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+            else:
+                call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+        except ProviderError as exc:
+            log.warning("idle_stop_failed", instance=row_id, **exc.log_fields())
+            report.errors.append(f"idle stop {row_id}: {exc.message}")
+            continue
+        with ctx.store.session() as s:
+            row = s.get(InstanceRow, row_id)
+            if row is None or row.job_id is not None:
+                continue
+            set_instance(row, I.stopping if can_stop else I.terminating)
+            ledger.close_interval(s, row.id, now)
+            ledger.record_idle_stop(s, row, now, action)
+            add_event(s, now, "idle_stop", f"{why}: {action}", instance_id=row.id)
+        report.idle_stopped += 1
+        log.info("idle_stop", instance=row_id, action=action, why=why)
+    retire_stopped(ctx, now, report)
+
+
+def _why_stop(ctx: TickContext, s: Session, row: InstanceRow, now: datetime) -> str | None:
+    """Why an idle machine is stopped now, or None while it stays warm."""
+    window = timedelta(minutes=row.idle_stop_minutes)
+    idle_for = now - utc(row.idle_since)
+    if idle_for >= window:
+        return f"idle {row.idle_stop_minutes} min"
+    if row.idle_window != "learned":
+        return None
+    kind = (row.provider, row.region, row.instance_type, row.capacity)
+    verdict = ctx.warm.get(s, kind, now, window, ctx.planner_policy().restart_hours)
+    return None if verdict.keep_warm else f"not kept warm ({verdict.why(window)})"
+
+
+def retire_stopped(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    """Terminate machines stopped longer than ``stopped_retention_hours``: their disks still bill."""
+    keep = timedelta(hours=ctx.settings.stopped_retention_hours)
+    with ctx.store.session() as s:
+        stopped = s.scalars(
+            select(InstanceRow).where(InstanceRow.state == I.stopped.value).order_by(InstanceRow.id)
+        ).all()
+        due = [(r.id, r.provider, r.region, r.cloud_id) for r in stopped
+               if r.cloud_id and now - utc(r.stopped_at or r.created_at) >= keep]
+    for row_id, prov, region, cloud_id in due:
+        provider = ctx.providers.get(prov)
+        if provider is None:
+            continue
+        ref = InstanceRef(provider=prov, region=region, instance_id=cloud_id)
+        try:
+            call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+        except ProviderError as exc:
+            log.warning("retire_stopped_failed", instance=row_id, **exc.log_fields())
+            report.errors.append(f"retire {row_id}: {exc.message}")
+            continue
+        with ctx.store.session() as s:
+            row = s.get(InstanceRow, row_id)
+            if row is not None and I(row.state) is I.stopped:
+                set_instance(row, I.terminating)
+                add_event(s, now, "stopped_retired", f"stopped {keep} ago: terminated", instance_id=row.id)

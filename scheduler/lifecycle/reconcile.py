@@ -1,0 +1,255 @@
+"""Reconcile: what the clouds say -> the store.
+
+Lists each provider's instances by our cluster tag, matches them to instance rows by
+the ``gpusched:instance`` tag, moves rows along with the cloud, requeues the jobs of
+machines the cloud took away (spot reclaims), and terminates tagged instances that no
+live row owns once they are older than the grace period. A provider that cannot be
+listed is skipped for the tick: "could not list" never means "gone".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from providers.base import (
+    TAG_INSTANCE,
+    TAG_MANAGED,
+    Instance,
+    InstanceState,
+    Provider,
+    ProviderError,
+)
+from providers.retry import call_with_retry
+from scheduler.accounting import ledger
+from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.transitions import (
+    current_attempt,
+    open_billing,
+    release_nodes,
+    set_instance,
+    set_job,
+    start_job_on,
+)
+from scheduler.models import JobSpec
+from scheduler.states import (
+    ATTEMPT_MOVES,
+    INSTANCE_LIVE,
+    JOB_TERMINAL,
+    AttemptState,
+    InstanceRowState,
+    JobState,
+    move,
+)
+from scheduler.store.database import add_event
+from scheduler.store.tables import InstanceRow, JobRow
+from scheduler.times import utc
+
+log = structlog.get_logger("gpusched.tick")
+
+A, I, J = AttemptState, InstanceRowState, JobState
+
+# --- reconcile: what the clouds say -> the store ---------------------------------
+
+
+def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    grace = timedelta(seconds=ctx.settings.launch_grace_seconds)
+    for name, provider in sorted(ctx.providers.items()):
+        try:
+            seen = call_with_retry(
+                lambda: provider.instances({TAG_MANAGED: ctx.settings.cluster}),
+                clock=ctx.clock,
+                rng=backoff_rng(ctx, now),
+            )
+        except ProviderError as exc:
+            # Never treat "could not list" as "gone": skip this provider this tick.
+            log.warning("reconcile_list_failed", **exc.log_fields())
+            report.errors.append(f"{name}: {exc.message}")
+            continue
+        by_row = {i.tags.get(TAG_INSTANCE): i for i in seen}
+        with ctx.store.session() as s:
+            # Three columns per live row first; a whole row only where the cloud says something
+            # changed. Most machines are steady most ticks, and loading every row was most of
+            # a busy tick's time.
+            live = s.execute(
+                select(InstanceRow.id, InstanceRow.state, InstanceRow.cloud_id).where(
+                    InstanceRow.provider == name, InstanceRow.state.in_([x.value for x in INSTANCE_LIVE])
+                )
+            ).all()
+            owned = {r.id for r in live}
+            _mark_seen(s, [r.id for r in live if r.id in by_row], now)
+            for row_id, state, cloud_id in live:
+                cloud = by_row.get(row_id)
+                if cloud is not None and _steady(I(state), cloud_id, cloud):
+                    continue
+                row = s.get(InstanceRow, row_id)
+                if row is None:
+                    continue
+                if cloud is None:
+                    _reconcile_missing(ctx, s, row, now, grace, report)
+                else:
+                    _reconcile_seen(ctx, s, row, cloud, now, report)
+            strangers = [k for k in by_row if k not in owned]
+            # Rows we already count as terminated, for the few cloud instances no live row owns
+            # (asked only about those: the table of terminated rows grows all month).
+            terminated_ids = set(
+                s.scalars(
+                    select(InstanceRow.id).where(
+                        InstanceRow.id.in_([k for k in strangers if k]), InstanceRow.state == I.terminated.value
+                    )
+                ).all()
+            ) if strangers else set()
+        for row_id, cloud in sorted(by_row.items(), key=lambda kv: str(kv[0])):
+            if row_id in owned or cloud.state is InstanceState.terminated:
+                continue
+            if cloud.state is InstanceState.terminating:
+                continue
+            started = cloud.launched_at or now
+            if row_id not in terminated_ids and now - utc(started) < grace:
+                continue  # may be a launch whose row is still being written
+            _terminate_orphan(ctx, provider, cloud, now, report)
+
+
+def _reconcile_seen(
+    ctx: TickContext, s: Session, row: InstanceRow, cloud: Instance, now: datetime, report: TickReport
+) -> None:
+    if row.cloud_id is None:
+        row.cloud_id = cloud.ref.instance_id
+        add_event(s, now, "instance_found", f"found {cloud.ref.instance_id} by its tags", instance_id=row.id)
+    state = I(row.state)
+    if cloud.preempted or (cloud.state is InstanceState.terminated and state is not I.terminating):
+        reason = cloud.preempt_reason or "the cloud terminated it"
+        _instance_lost(ctx, s, row, now, reason=reason, preempted=cloud.preempted, report=report)
+        return
+    if cloud.state is InstanceState.terminated:
+        set_instance(row, I.terminated)
+        row.terminated_at = now
+        ledger.close_interval(s, row.id, now)
+        add_event(s, now, "instance_terminated", "termination confirmed", instance_id=row.id)
+        return
+    if cloud.state is InstanceState.running and state in (I.requested, I.pending):
+        set_instance(row, I.running)
+        row.running_at = now
+        if state is I.requested:
+            open_billing(s, row, now)
+        if row.job_id:
+            start_job_on(s, row, now)
+        return
+    if cloud.state is InstanceState.pending and state is I.requested:
+        set_instance(row, I.pending)
+        open_billing(s, row, now)
+        return
+    if cloud.state is InstanceState.stopped and state in (I.stopping, I.running, I.pending):
+        set_instance(row, I.stopped)
+        row.stopped_at = now
+        ledger.close_interval(s, row.id, now)
+        if row.job_id:
+            _instance_lost(ctx, s, row, now, reason="the cloud stopped it", preempted=True, report=report)
+
+
+def _mark_seen(s: Session, row_ids: list[str], now: datetime) -> None:
+    """One UPDATE for every row the cloud listed, not one versioned UPDATE per row: with a
+    hundred machines that is most of a steady tick's writes. ``last_seen_at`` is advisory
+    (how long a row may go unseen before its machine counts as vanished), so it does not
+    bump the row version that guards state changes. Runs before any row is loaded, so the
+    rows loaded afterwards carry it."""
+    if row_ids:
+        s.execute(update(InstanceRow).where(InstanceRow.id.in_(row_ids)).values(last_seen_at=now),
+                  execution_options={"synchronize_session": False})
+
+
+# (row state, cloud state) pairs where _reconcile_seen has nothing to do.
+_STEADY = frozenset({
+    (I.running, InstanceState.running),
+    (I.pending, InstanceState.pending),
+    (I.stopping, InstanceState.stopping),
+    (I.stopped, InstanceState.stopped),
+    (I.terminating, InstanceState.terminating),
+})
+
+
+def _steady(state: InstanceRowState, cloud_id: str | None, cloud: Instance) -> bool:
+    return cloud_id is not None and not cloud.preempted and (state, cloud.state) in _STEADY
+
+
+def _reconcile_missing(
+    ctx: TickContext, s: Session, row: InstanceRow, now: datetime, grace: timedelta, report: TickReport
+) -> None:
+    state = I(row.state)
+    if state is I.requested:
+        return  # reissue_intents decides: the launch may not have reached the cloud yet
+    last = utc(row.last_seen_at or row.created_at)
+    if state is I.terminating or now - last >= grace:
+        if state is I.terminating:
+            set_instance(row, I.terminated)
+            row.terminated_at = now
+            ledger.close_interval(s, row.id, now)
+            add_event(s, now, "instance_terminated", "gone from the cloud's list", instance_id=row.id)
+        else:
+            _instance_lost(ctx, s, row, now, reason="vanished from the cloud's list", preempted=False, report=report)
+
+
+def _instance_lost(
+    ctx: TickContext, s: Session, row: InstanceRow, now: datetime, *, reason: str, preempted: bool, report: TickReport
+) -> None:
+    """The cloud took the machine away (spot reclaim, or it vanished): requeue its job."""
+    ledger.close_interval(s, row.id, now)
+    if I(row.state) is not I.stopped:
+        set_instance(row, I.terminated)
+        row.terminated_at = now
+    row.preempted = row.preempted or preempted
+    row.reason = reason
+    add_event(s, now, "instance_lost", reason, instance_id=row.id, job_id=row.job_id)
+    job_id, row.job_id = row.job_id, None
+    if not job_id:
+        return
+    job = s.get(JobRow, job_id)
+    attempt = current_attempt(s, job_id)
+    if job is None or attempt is None or J(job.state) in JOB_TERMINAL:
+        return
+    attempt.state = move(ATTEMPT_MOVES, A(attempt.state), A.preempted, "attempt")
+    attempt.ended_at = now
+    attempt.end_epoch = job.epochs_done
+    attempt.reason = reason
+    # A gang runs only whole: its other nodes are let go (idle, then reaped), not reused for the
+    # next attempt, which launches a fresh gang (fleet slots are single machines).
+    for other in release_nodes(s, job, attempt, now):
+        add_event(s, now, "gang_released", f"node {row.id} of its gang was lost: {reason}",
+                  instance_id=other.id, job_id=job.id)
+    job.preemptions += 1
+    report.preempted += 1
+    spec = JobSpec.model_validate(job.spec_json)
+    set_job(job, J.preempted, now)
+    if job.preemptions > spec.policy.max_restarts:
+        set_job(job, J.failed, now,
+                f"lost its machine {job.preemptions} times (max_restarts {spec.policy.max_restarts})")
+        job.finished_at = now
+    else:
+        if not ctx.resume_after_preemption:
+            # The skypilot-like baseline: code that does not checkpoint starts over, elsewhere.
+            job.epochs_done, job.checkpoint_uri = 0, None
+            ctx.offers.avoid_key(f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}|{row.capacity}", now)
+        unit = {"train": "epoch", "infer": "shard"}.get(job.kind)
+        resume = f"; resumes from {unit} {job.epochs_done}" if unit else ""
+        set_job(job, J.queued, now, f"{reason} on {row.provider} {row.zone} {row.instance_type}{resume}")
+    add_event(s, now, "job_preempted", job.reason or reason, job_id=job.id, instance_id=row.id)
+    log.info("job_preempted", job=job.id, attempt=attempt.number, instance=row.id, reason=reason,
+             epochs_done=job.epochs_done)
+
+
+def _terminate_orphan(ctx: TickContext, provider: Provider, cloud: Instance, now: datetime, report: TickReport) -> None:
+    try:
+        call_with_retry(lambda: provider.terminate(cloud.ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+    except ProviderError as exc:
+        log.error("orphan_terminate_failed", instance=cloud.ref.instance_id, **exc.log_fields())
+        report.errors.append(f"orphan {cloud.ref.instance_id}: {exc.message}")
+        return
+    report.orphans_terminated += 1
+    log.warning("orphan_terminated", provider=provider.name, instance=cloud.ref.instance_id,
+                tags=dict(cloud.tags))
+    with ctx.store.session() as s:
+        add_event(s, now, "orphan_terminated",
+                  f"{provider.name} {cloud.ref.instance_id} carried our tags but no live record owned it")

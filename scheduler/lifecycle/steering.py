@@ -1,0 +1,234 @@
+"""Mid-job capacity steering: the spot-under-deadline rule applied to running training jobs.
+
+Each tick, every running training job with a deadline (capacity ``auto``) is put
+to ``spot_rule.decide`` — the same pure function the trace benchmark replays —
+with what the daemon knows: its progress, its deadline, the changeover delay
+(boot + restart + half an epoch), the offer's price ratio and how spot has
+looked for it so far. When the rule says move (spot -> on-demand because the
+job fell behind, or on-demand -> spot because spot has been there long enough
+and the slack pays for the trip), the move happens right after a checkpoint:
+the machine is released and the job is planned again on the target capacity,
+resuming from that checkpoint. A move is not a preemption and does not count
+against ``max_restarts``; but no move goes to spot once the planner has taken the
+job off it (``planner.spot_allowed``), or the two would pass it back and forth
+until its reclaims outran ``max_restarts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+from sqlalchemy import select
+
+from providers.base import InstanceRef, ProviderError
+from providers.retry import call_with_retry
+from scheduler.accounting import ledger
+from scheduler.jobs import perf
+from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.transitions import set_instance, set_job
+from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
+from scheduler.planner.plan import spot_allowed
+from scheduler.planner.spot_rule import RuleInput, SpotState, decide
+from scheduler.states import (
+    ATTEMPT_MOVES,
+    AttemptState,
+    InstanceRowState,
+    JobState,
+    move,
+)
+from scheduler.store.database import add_event
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
+from scheduler.times import utc
+
+log = structlog.get_logger("gpusched.steer")
+
+
+@dataclass
+class SpotWatch:
+    """How spot has looked for one job's offer since the daemon began watching it."""
+
+    since: datetime
+    last: datetime
+    available: bool
+    seen_h: float = 0.0
+    spells: int = 0
+    run_h: float = 0.0  # how long the current state (available or not) has lasted
+
+    def update(self, now: datetime, available: bool) -> None:
+        dt = max(0.0, (now - self.last).total_seconds() / 3600)
+        if self.available:
+            self.seen_h += dt
+        self.run_h = self.run_h + dt if available == self.available else 0.0
+        if available and not self.available:
+            self.spells += 1
+        self.available, self.last = available, now
+
+
+def _window_h(ctx: TickContext, now: datetime) -> float:
+    since_last = (now - ctx.last_tick_at).total_seconds() if ctx.last_tick_at else 0.0
+    return max(ctx.settings.tick_seconds, since_last) / 3600
+
+
+def _observe(
+    ctx: TickContext, job_id: str, offer: Offer, avoided: frozenset[str], now: datetime
+) -> tuple[SpotWatch, bool]:
+    """Record how spot looks for the job's offer now (every tick; a second call in a tick adds nothing)."""
+    market = offer.spot_stock is not Stock.sold_out and f"{offer.key}|spot" not in avoided
+    watch = ctx.spot_watch.get(job_id)
+    if watch is None:
+        watch = ctx.spot_watch[job_id] = SpotWatch(since=now, last=now, available=market)
+    watch.update(now, market)
+    return watch, market
+
+
+def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, state: SpotState,
+                avoided: frozenset[str], window_h: float, now: datetime) -> RuleInput | None:
+    """What the daemon knows about one job for ``spot_rule.decide``; None when the rule does not apply.
+
+    ``job`` needs ``id``, ``epochs_done``, ``submitted_at`` and ``deadline_at`` (a row or a result tuple)."""
+    if offer.spot is None or offer.on_demand is None or spec.train is None:
+        return None
+    est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0)
+    if not est.epoch_hours:
+        return None
+    watch, market = _observe(ctx, job.id, offer, avoided, now)
+    fx = ctx.settings.fx
+    price_k = float(fx.convert(offer.on_demand.per_hour, "CNY").amount / fx.convert(offer.spot.per_hour, "CNY").amount)
+    policy = ctx.planner_policy()
+    observed = (now - watch.since).total_seconds() / 3600
+    return RuleInput(
+        state=state,
+        compute_h=spec.train.epochs * est.epoch_hours,
+        progress_h=job.epochs_done * est.epoch_hours,
+        elapsed_h=max(0.0, (now - utc(job.submitted_at)).total_seconds() / 3600),
+        remaining_h=(utc(job.deadline_at) - now).total_seconds() / 3600,
+        changeover_h=policy.boot_hours + policy.restart_hours + est.epoch_hours / 2,
+        spot_available=True if state is SpotState.spot else market,
+        price_ratio_k=price_k,
+        tick_h=window_h,
+        observed_h=observed,
+        spot_seen_h=min(watch.seen_h, observed),
+        spot_spells=watch.spells,
+        outage_h=0.0 if market else watch.run_h,
+        spell_h=watch.run_h if market else 0.0,
+    )
+
+
+def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]:
+    """The rule's call for a training job waiting after a reclaim or a move (state idle):
+    returns job id -> "spot" / "on-demand" / "wait: <reason>". Only jobs that already ran, with a
+    deadline and capacity auto; the planner places everything else."""
+    if ctx.planner_policy().strategy != "gpusched":
+        return {}
+    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    avoided = ctx.offers.avoided(now)
+    out: dict[str, str] = {}
+    with ctx.store.session(write=False) as s:
+        for pj in jobs:
+            if pj.id in ctx.capacity_override or pj.deadline_at is None or pj.spec.kind is not Kind.train:
+                continue
+            if pj.spec.policy.capacity != "auto" or pj.spec.resources.nodes > 1:
+                continue
+            job = s.get(JobRow, pj.id)
+            last = s.scalars(select(AttemptRow).where(AttemptRow.job_id == pj.id)
+                             .order_by(AttemptRow.number.desc()).limit(1)).first()
+            if job is None or last is None or not (job.epochs_done or job.preemptions):
+                continue
+            if not spot_allowed(job.preemptions, pj.spec.policy.max_restarts, ctx.planner_policy()):
+                continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
+            offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
+            inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
+                if offer is not None else None
+            if inp is None or inp.progress_h >= inp.compute_h:
+                # Every epoch was checkpointed but the machine went before the exit was reported:
+                # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
+                continue
+            d = decide(inp)
+            out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")
+    return out
+
+
+def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    if ctx.planner_policy().strategy != "gpusched":
+        return  # the simulator's baselines do not steer
+    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    avoided = ctx.offers.avoided(now)
+    window_h, policy = _window_h(ctx, now), ctx.planner_policy()
+    with ctx.store.session(write=False) as s:
+        # Columns, not rows: every running training job is looked at on every tick.
+        rows = s.execute(
+            select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
+                   JobRow.updated_at, JobRow.preemptions, AttemptRow.number, InstanceRow.id.label("inst_id"),
+                   InstanceRow.provider,
+                   InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
+            .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+            .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+            .where(JobRow.state == JobState.running.value, JobRow.kind == Kind.train.value,
+                   JobRow.deadline_at.is_not(None), AttemptRow.state == AttemptState.running.value,
+                   InstanceRow.state == InstanceRowState.running.value, InstanceRow.reserved.is_(False))
+        ).all()
+        moves = []
+        for job in rows:
+            spec = ctx.spec_of(job.id, job.spec_json)
+            if spec.policy.capacity != "auto" or spec.resources.nodes > 1:
+                continue
+            moved = ctx.capacity_moved.get(job.id)
+            if moved is not None and moved[0] == job.number and moved[1] != job.capacity:
+                continue  # a move the planner could not honour: do not ping-pong, stay put this attempt
+            offer = offers.get(f"{job.provider}/{job.region}/{job.zone}/{job.instance_type}")
+            if offer is None or offer.spot is None or offer.on_demand is None:
+                continue
+            _observe(ctx, job.id, offer, avoided, now)
+            just_checkpointed = (now - utc(job.updated_at)).total_seconds() / 3600 <= window_h
+            if not just_checkpointed:
+                continue  # a move happens only right after a checkpoint, losing no work: decide then
+            on_spot = job.capacity == Capacity.spot.value
+            inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
+                              avoided, window_h, now)
+            if inp is None:
+                continue
+            decision = decide(inp)
+            target = decision.target
+            if target is SpotState.idle:
+                target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone
+            if (target is SpotState.spot) == on_spot:
+                continue
+            if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy):
+                continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
+            moves.append((job.id, job.inst_id, target, decision.reason))
+    for job_id, inst_id, target, reason in moves:
+        _move(ctx, now, job_id, inst_id, target, reason, report)
+
+
+def _move(ctx: TickContext, now: datetime, job_id: str, inst_id: str, target: SpotState, reason: str,
+          report: TickReport) -> None:
+    with ctx.store.session(write=False) as s:
+        inst = s.get(InstanceRow, inst_id)
+        ref = InstanceRef(provider=inst.provider, region=inst.region, instance_id=inst.cloud_id or "")
+    provider = ctx.providers[ref.provider]
+    try:
+        call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
+    except ProviderError as exc:
+        log.warning("steer_release_failed", job=job_id, **exc.log_fields())
+        return
+    capacity = Capacity.spot if target is SpotState.spot else Capacity.on_demand
+    with ctx.store.session() as s:
+        job, inst = s.get(JobRow, job_id), s.get(InstanceRow, inst_id)
+        attempt = s.scalars(
+            select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == job.attempt)).one()
+        ledger.close_interval(s, inst.id, now)
+        set_instance(inst, InstanceRowState.terminating)
+        inst.job_id, inst.reason = None, f"released: job moved to {capacity.value}"
+        attempt.state = move(ATTEMPT_MOVES, AttemptState(attempt.state), AttemptState.preempted, "attempt")
+        attempt.ended_at, attempt.end_epoch = now, job.epochs_done
+        attempt.reason = f"moved to {capacity.value}: {reason}"
+        set_job(job, JobState.preempted, now)
+        set_job(job, JobState.queued, now, f"moving to {capacity.value} at epoch {job.epochs_done}: {reason}")
+        add_event(s, now, "capacity_move", f"{attempt.capacity} -> {capacity.value}: {reason}",
+                  job_id=job_id, instance_id=inst_id)
+    ctx.capacity_override[job_id] = capacity.value
+
+    report.moved += 1
+    log.info("capacity_move", job=job_id, to=capacity.value, reason=reason)

@@ -1,0 +1,4 @@
+"""The planner: queued jobs x offers x our fleet -> one decision per job, with its reason and runners-up.
+Pure: no I/O, no store, no clock, no globals. plan.plan is the entry point; spot_rule is the
+spot-under-deadline rule that steering and the spot-trace benchmark share.
+"""

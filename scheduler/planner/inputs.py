@@ -1,0 +1,59 @@
+"""What the planner is given: the jobs to place, the slots we hold, the team budgets and the policy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from scheduler.models import Capacity, Frozen, JobSpec, Offer
+from scheduler.money import Currency, FxRates, Money
+
+Source = Literal["new", "warm", "reserved"]  # where an option's machine comes from
+Measured = Mapping[tuple[str, str, int], float]  # perf.estimate's measured rates: (model, gpu, img_size) -> img/s
+
+
+class TeamBudget(Frozen):
+    """A team's monthly budget and what is left of it this month (spend so far deducted)."""
+
+    monthly: Money
+    left: Money
+
+
+class PlanJob(Frozen):
+    id: str
+    spec: JobSpec
+    submitted_at: datetime
+    deadline_at: datetime | None  # resolved absolute deadline
+    epochs_done: int = 0  # resume point for train jobs
+    preemptions: int = 0
+    avoid: frozenset[str] = frozenset()  # "Offer.key|capacity" that recently raised NoCapacity
+    spent: Money | None = None  # already spent on earlier attempts; counts against the budget
+
+
+class FleetSlot(Frozen):
+    """Capacity we already hold: a warm idle instance of ours, or a free unit of owned reserved capacity."""
+
+    kind: Literal["warm", "reserved"]
+    instance_id: str | None  # warm: our instance id; reserved: None until launched
+    offer: Offer
+    capacity: Capacity  # warm: what it was launched with; reserved: Capacity.reserved
+    until: datetime | None = None  # reserved: the commitment's end
+
+
+class PlannerPolicy(Frozen):
+    currency: Currency = "CNY"  # all costs compared in this currency
+    fx: FxRates = FxRates()
+    boot_hours: float = Field(default=0.05, ge=0)  # launch -> running
+    restart_hours: float = Field(default=0.15, ge=0)  # after a spot reclaim: boot + image pull + data/checkpoint
+    deadline_safety: float = Field(default=0.1, ge=0, lt=1)  # finish with this share of the remaining time spare
+    max_preemptions_before_on_demand: int | None = Field(default=None, ge=0)  # None: max_restarts decides
+    # Baselines for `gpusched simulate`: "on-demand" (everything on-demand, cheapest fitting),
+    # "spot-greedy" / "skypilot-like" (cheapest spot list price, blind to interruptions).
+    strategy: Literal["gpusched", "on-demand", "spot-greedy", "skypilot-like"] = "gpusched"
+
+    @property
+    def naive_spot(self) -> bool:
+        return self.strategy in ("spot-greedy", "skypilot-like")

@@ -1,0 +1,177 @@
+"""The on-instance agent, simulated: runs jobs on sandbox instances in simulated time.
+
+On a real cloud the agent started by cloud-init runs the YOLOv9 command, uploads
+``last.pt`` after every epoch and reports each epoch and the exit to the daemon,
+which calls ``agent_reports.report_progress`` / ``report_finished``. Here the same
+two functions are called from a model of the job's true speed: the performance
+model's estimate times a seeded per-(job, GPU) factor, so estimates and reality
+differ the way they do in the field. An agent only makes progress while its
+instance runs: a reclaimed spot machine's progress stops at the reclaim, and the
+partial epoch it was in is lost, exactly as with a real preemption.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
+from scheduler.agent.runner import remote_checkpoint
+from scheduler.jobs import infer_shards, perf
+from scheduler.lifecycle import gang
+from scheduler.lifecycle.agent_reports import report_finished, report_progress
+from scheduler.lifecycle.transitions import current_attempt
+from scheduler.models import JobSpec, Kind
+from scheduler.states import AttemptState
+from scheduler.store.database import Store
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
+from scheduler.times import utc
+
+# (provider name, cloud instance id) -> when it stopped running, or None while it runs.
+EndedAt = Callable[[str, str], datetime | None]
+
+
+# Kinds whose progress survives a reclaim: training (epochs, last.pt) and inference (shards).
+def _resume_uri(spec: JobSpec) -> str | None:
+    """What the real agent reports with a unit: the uploaded last.pt, or the labels' prefix."""
+    if spec.kind is Kind.infer:
+        return infer_shards.output_uri(spec)
+    return remote_checkpoint(spec)
+
+
+class SimAgents:
+    def __init__(self, store: Store, providers: Mapping[str, Provider], cluster: str, *, seed: int = 0,
+                 speed_spread: float = 0.12, ended_at: EndedAt | None = None) -> None:
+        """``ended_at`` (from the sandbox clouds) makes progress exact up to a reclaim even when
+        the simulation steps over it; without it, agents ask the provider which instances run."""
+        self.store = store
+        self.providers = providers
+        self.cluster = cluster
+        self.seed = seed
+        self.spread = speed_spread
+        self.ended_at = ended_at
+        self._vcpus = {(name, o.instance_type): o.vcpus for name, p in providers.items() for o in p.offers()}
+        self._estimates: dict[tuple[str, str, int, int], perf.Estimate] = {}
+        self._specs: dict[str, JobSpec] = {}  # a job's spec never changes once submitted
+        self._finish_at: dict[tuple[str, int], datetime] = {}
+
+    def true_factor(self, job_id: str, gpu: str) -> float:
+        """How much slower (>1) or faster (<1) than estimated this job really runs on this GPU."""
+        rng = random.Random(f"{self.seed}:{job_id}:{gpu}")
+        return math.exp(rng.gauss(0.0, self.spread))
+
+    def _spec(self, job_id: str, spec_json: dict | None = None, s: Session | None = None) -> JobSpec:
+        spec = self._specs.get(job_id)
+        if spec is None:
+            if spec_json is None and s is not None:
+                spec_json = s.scalar(select(JobRow.spec_json).where(JobRow.id == job_id))
+            spec = self._specs[job_id] = JobSpec.model_validate(spec_json)
+        return spec
+
+    def _estimate_for(self, spec: JobSpec, job_id: str, provider: str, instance_type: str, gpu: str,
+                      gpu_count: int, start_epoch: int) -> perf.Estimate:
+        key = (job_id, instance_type, gpu_count, start_epoch)
+        if key not in self._estimates:
+            vcpus = self._vcpus.get((provider, instance_type), 8)
+            self._estimates[key] = perf.estimate(spec, gpu, gpu_count, vcpus, epochs_done=start_epoch,
+                                                 nodes=spec.resources.nodes)
+        return self._estimates[key]
+
+    def _alive(self) -> set[str]:
+        alive: set[str] = set()
+        for provider in self.providers.values():
+            for inst in provider.instances({TAG_MANAGED: self.cluster}):
+                if inst.state is InstanceState.running and not inst.preempted:
+                    alive.add(inst.tags.get(TAG_INSTANCE, ""))
+        return alive
+
+    def step(self, now: datetime) -> int:
+        """Advance every running attempt to ``now`` (or to its machine's end); returns jobs finished."""
+        finished = 0
+        self._finish_at = {}
+        with self.store.session() as s:
+            # Plain columns, not ORM rows: this runs twice a tick over every running attempt,
+            # and loading (and JSON-decoding) whole rows dominated a busy simulation.
+            running = s.execute(
+                select(AttemptRow.job_id, AttemptRow.number, AttemptRow.start_epoch, AttemptRow.started_at,
+                       JobRow.name, JobRow.epochs_done, InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id,
+                       InstanceRow.instance_type, InstanceRow.gpu, InstanceRow.gpu_count)
+                .join(JobRow, JobRow.id == AttemptRow.job_id)
+                .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+                .where(AttemptRow.state == AttemptState.running.value)
+            ).all()
+            if not running:
+                return 0
+            alive = self._alive() if self.ended_at is None else None
+            for r in running:
+                if r.started_at is None or r.cloud_id is None:
+                    continue
+                until = now
+                if alive is not None and r.id not in alive:
+                    continue
+                if self.ended_at is not None:
+                    ended = self.ended_at(r.provider, r.cloud_id)
+                    until = min(now, ended) if ended is not None else now
+                spec = self._spec(r.job_id, s=s)
+                if spec.resources.nodes > 1:
+                    job = s.get(JobRow, r.job_id)
+                    attempt = current_attempt(s, r.job_id)
+                    gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
+                    if gang_until is None:
+                        continue
+                    until = gang_until
+                est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
+                                         r.start_epoch)
+                factor = self.true_factor(r.job_id, r.gpu)
+                started = utc(r.started_at)
+                elapsed_h = (until - started).total_seconds() / 3600
+                work_h = elapsed_h - est.setup_hours * factor
+                # Whether the job is done is decided on the finish *time* (the event the simulation
+                # jumps to), never on float hours: those can land a hair short of the last epoch at
+                # exactly that moment, and with no later event the job would idle on until an
+                # unrelated tick.
+                if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
+                    total = infer_shards.work_units(spec) or 1
+                    epoch_h = est.epoch_hours * factor
+                    finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
+                    self._finish_at[(r.job_id, r.number)] = finish_at
+                    if work_h < 0:
+                        continue
+                    epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
+                    if epochs > r.epochs_done:
+                        report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
+                    if epochs >= total and until == now:
+                        unit = "epochs" if spec.kind is Kind.train else "shards"
+                        report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
+                        finished += 1
+                else:
+                    finish_at = started + timedelta(hours=est.hours * factor)
+                    self._finish_at[(r.job_id, r.number)] = finish_at
+                    if until >= finish_at and until == now:
+                        report_finished(s, r.job_id, r.number, True, now)
+                        finished += 1
+        return finished
+
+    def _gang_until(self, s: Session, job: JobRow, attempt: AttemptRow, until: datetime,
+                    alive: set[str] | None) -> datetime | None:
+        """How far a multi-node attempt got: training stops when its first node stops (None: a node is down).
+
+        The attempt (one row, whatever the node count) carries the progress, so the job finishes once."""
+        for node in gang.gang_rows(s, job, attempt):
+            if node.cloud_id is None or (alive is not None and node.id not in alive):
+                return None
+            if self.ended_at is not None:
+                ended = self.ended_at(node.provider, node.cloud_id)
+                if ended is not None:
+                    until = min(until, ended)
+        return until
+
+    def next_event_after(self, now: datetime) -> datetime | None:
+        """The earliest moment a job running at the last ``step`` finishes."""
+        later = [t for t in self._finish_at.values() if t > now]
+        return min(later) if later else None

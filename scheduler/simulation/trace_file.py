@@ -1,0 +1,124 @@
+"""The trace file: JSON lines of ``{"at": <ISO time>, "job": <job.yaml as JSON>}``.
+
+A trace is what ``gpusched simulate`` replays: each line submits one job at
+``at``; a relative deadline (``"36h"``) counts from ``at``. Files are ``.jsonl``
+or gzip-compressed ``.jsonl.gz``. Every job is validated as a job file is, and a
+bad line is reported with its line number and every field at fault.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from pydantic import AwareDatetime
+
+from scheduler.errors import JobFileError, UserError
+from scheduler.jobs.jobfile import parse_job, submit_problems
+from scheduler.models import Frozen, JobSpec
+
+__all__ = ["TraceEntry", "dump_trace", "entry_json", "load_trace"]
+
+
+class TraceEntry(Frozen):
+    """One submission: ``job`` arrives at ``at``."""
+
+    at: AwareDatetime
+    job: JobSpec
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        return self.job.deadline_at(self.at)
+
+
+def _is_gzip(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def load_trace(path: str | Path) -> list[TraceEntry]:
+    """Every entry of a ``.jsonl`` / ``.jsonl.gz`` trace, in file order; blank lines are skipped.
+
+    Raises ``UserError`` (a ``JobFileError`` for a bad job) naming the file and the line.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        text = (gzip.decompress(raw) if _is_gzip(p) else raw).decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{p}: no such trace file",
+                        fix="generate one: python -m scheduler.simulation.traces --out FILE") from None
+    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+        raise UserError(f"{p}: cannot be read ({exc})", fix="a trace is .jsonl or gzip-compressed .jsonl.gz") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{p}: is not UTF-8 text", fix="a trace is JSON lines in UTF-8") from None
+    entries = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            entries.append(_entry(line, f"{p}: line {n}"))
+    return entries
+
+
+_LINE_FIX = 'each line is {"at": "2026-11-02T09:00:00+08:00", "job": {...job.yaml as JSON...}}'
+
+
+def _entry(line: str, where: str) -> TraceEntry:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not JSON ({exc.msg} at column {exc.colno})", fix=_LINE_FIX) from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{where}: a line must be a JSON object, not {type(doc).__name__}", fix=_LINE_FIX)
+    unknown = sorted(set(doc) - {"at", "job"})
+    missing = [k for k in ("at", "job") if k not in doc]
+    if unknown or missing:
+        parts = [f"missing {', '.join(missing)}"] if missing else []
+        parts += [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
+        raise UserError(f"{where}: {'; '.join(parts)}", fix=_LINE_FIX)
+    at = _at(doc["at"], where)
+    spec = parse_job(doc["job"], where)
+    problems = submit_problems(spec, at)
+    if problems:
+        raise JobFileError(where, problems)
+    return TraceEntry(at=at, job=spec)
+
+
+def _at(value: object, where: str) -> datetime:
+    fix = 'an ISO time with a UTC offset, e.g. "2026-11-02T09:00:00+08:00"'
+    if not isinstance(value, str):
+        raise UserError(f"{where}: at: must be a time string, not {type(value).__name__}", fix=fix)
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"{where}: at: {value!r} is not an ISO time", fix=fix) from None
+    if at.tzinfo is None:
+        raise UserError(f"{where}: at: {value!r} has no UTC offset", fix=fix)
+    return at
+
+
+def entry_json(entry: TraceEntry) -> str:
+    """One trace line. Defaults are left out: the job parses back to the same spec."""
+    job = entry.job.model_dump(mode="json", exclude_defaults=True, exclude_none=True)
+    return json.dumps({"at": entry.at.isoformat(), "job": job}, separators=(",", ":"), ensure_ascii=False)
+
+
+def dump_trace(entries: Iterable[TraceEntry], path: str | Path) -> None:
+    """Write ``entries`` as JSON lines; gzip-compressed when ``path`` ends in ``.gz``.
+
+    The gzip header carries no time or name, so the same entries give the same bytes.
+    """
+    p = Path(path)
+    data = "".join(entry_json(e) + "\n" for e in entries).encode("utf-8")
+    if _is_gzip(p):
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+            gz.write(data)
+        data = buf.getvalue()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    except OSError as exc:
+        raise UserError(f"cannot write trace {p}: {exc.strerror or exc}", fix="check the path") from None

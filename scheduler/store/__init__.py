@@ -1,0 +1,1 @@
+"""The store: SQLAlchemy engine and sessions, the tables, Alembic migrations and the leader lease."""
