@@ -8,7 +8,7 @@ Choices, and why:
 
 * Retries. The SDK's own are off (``auto_retry=False``, ``max_retry_time=0``):
   its retry of RunInstances after Throttling goes out without the ClientToken,
-  a duplicate launch (reference/clouds.md). The adapter does not retry either:
+  a duplicate launch (docs/gpus-and-clouds.md). The adapter does not retry either:
   each call is made once and its failure translated. The lifecycle wraps calls
   in ``providers.retry.call_with_retry``, which backs off on what says it is
   retryable (Throttled, ProviderUnavailable); a second loop here would multiply

@@ -1,6 +1,6 @@
 """Our own retry loop for cloud calls.
 
-The vendor SDKs' retryers are not trusted (see reference/clouds.md): Alibaba's
+The vendor SDKs' retryers are not trusted (see docs/gpus-and-clouds.md): Alibaba's
 retries ``RunInstances`` without the client token, Tencent's re-raises a stale
 error after a later success. Adapters switch them off and wrap calls here.
 

@@ -7,7 +7,7 @@ The SDK client is injected: ``TencentProvider`` takes a factory that builds one
 Choices, and why:
 
 * Retries are ours, never the SDK's. Its ``StandardRetryer`` keeps a stale error
-  and raises it after a later success (reference/clouds.md), so a client with a
+  and raises it after a later success (docs/gpus-and-clouds.md), so a client with a
   retryer is refused. The adapter does not retry either: the lifecycle wraps
   every call in ``providers.retry.call_with_retry``, and a RunInstances retried
   there carries the same ClientToken, so a lost answer never makes a second
@@ -115,7 +115,7 @@ _STATES = {
 }
 _DESTROYED = frozenset({"TERMINATING", "SHUTDOWN", "TERMINATED"})
 _CAPACITIES = {"SPOTPAID": Capacity.spot, "POSTPAID_BY_HOUR": Capacity.on_demand, "PREPAID": Capacity.reserved}
-# Families whose GPU the catalog may not list (reference/clouds.md, "GPU instance families").
+# Families whose GPU the catalog may not list (docs/gpus-and-clouds.md, "GPU instance families").
 _FAMILY_GPUS = {
     "GN7": "T4", "GN7vi": "T4", "GI3X": "T4", "PNV4": "A10", "GT4": "A100-40G",
     "GN10X": "V100-32G", "GN10Xp": "V100-32G",

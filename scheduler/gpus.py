@@ -1,6 +1,6 @@
 """GPU models the project knows, with the specs the performance model needs.
 
-Figures from ``reference/clouds.md`` (dense tensor FP16 TFLOPS, memory bandwidth).
+Figures from ``docs/gpus-and-clouds.md`` (dense tensor FP16 TFLOPS, memory bandwidth).
 ``mem_gib`` is what the cloud reports to the OS; AWS shows A10G and L4 as 22.4 GiB.
 """
 

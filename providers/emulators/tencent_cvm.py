@@ -7,7 +7,7 @@ header signed with TC3-HMAC-SHA256, which is verified exactly (canonical
 request, hashed payload, the key chain HMAC("TC3" + secret, date) -> service ->
 "tc3_request"). Every answer is HTTP 200 with ``Content-Type: application/json``
 and nothing after it: the SDK only recognises an error body under exactly that
-type (clouds.md).
+type (docs/gpus-and-clouds.md, "SDK behaviour").
 
 The market behind it (stock, boot and stop delays, spot reclaims, scripted
 faults, ClientToken dedupe) is a ``providers.sandbox.provider.SandboxCloud``; this module

@@ -1,6 +1,6 @@
 """How long a YOLOv9 job takes on a GPU setup, and whether it fits in memory.
 
-The priors come from ``reference/yolov9.md``: a training rate anchored on the
+The priors come from ``docs/yolov9-model.md``: a training rate anchored on the
 official yolov9-c run (8x RTX 3090, ~35 img/s per GPU) and scaled by model
 GFLOPs, GPU speed and image size; a per-variant activation-memory figure; and a
 data-loading ceiling from mosaic augmentation on the CPU. Numbers marked [EST]
@@ -47,7 +47,7 @@ class Variant:
     trt_t4_ms: float  # TensorRT FP16 batch-1 latency on a T4, ms
 
 
-# Train-time params / GFLOPs and a_v from reference/yolov9.md. The TensorRT
+# Train-time params / GFLOPs and a_v from docs/yolov9-model.md. The TensorRT
 # latencies are published for yolov9-t..e only; a GELAN model is what a
 # converted (auxiliary branch removed) YOLOv9 model runs as, so each gelan
 # variant takes its yolov9 sibling's latency [EST].

@@ -68,13 +68,13 @@ def _offer(provider: str, region: str, zone: str, itype: str, gpu: str, mem: flo
     return Offer(
         provider=provider, region=region, zone=zone, instance_type=itype, gpu=gpu, gpu_count=1,
         gpu_mem_gib=mem, vcpus=vcpus, mem_gib=ram,
-        on_demand=_price(od, currency, "reference/prices.md list price"),
+        on_demand=_price(od, currency, "docs/prices.md list price"),
         spot=_price(spot, currency, "contract test catalog"),
         on_demand_stock=Stock.available, spot_stock=Stock.available, spot_interruptions_per_hour=0.05,
     )
 
 
-# On-demand figures from reference/prices.md; spot figures are illustrative.
+# On-demand figures from docs/prices.md; spot figures are illustrative.
 ALIBABA_LIKE_CATALOG = (
     _offer("sandbox", "cn-hangzhou", "cn-hangzhou-i", "ecs.gn6i-c4g1.xlarge", "T4", 15.0, 4, 15, "11.63", "4.65",
            "CNY"),

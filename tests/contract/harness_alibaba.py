@@ -43,7 +43,7 @@ START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 REGIONS = ("cn-hangzhou", "cn-shanghai")
 ACCESS_KEY_ID = "LTAIgpuschedHarness01"
 SECRET = "harness-secret-not-a-real-one"
-NOTICE_SECONDS = 300  # ECS announces a spot reclaim five minutes ahead (reference/clouds.md)
+NOTICE_SECONDS = 300  # ECS announces a spot reclaim five minutes ahead (docs/gpus-and-clouds.md)
 
 
 def _price(amount: str, source: str) -> Price:
@@ -55,13 +55,13 @@ def alibaba_offer(region: str, zone: str, itype: str, gpu: str, mem: float, vcpu
     return Offer(
         provider="alibaba", region=region, zone=zone, instance_type=itype, gpu=gpu, gpu_count=1,
         gpu_mem_gib=mem, vcpus=vcpus, mem_gib=ram,
-        on_demand=_price(od, "reference/prices.md list price"),
+        on_demand=_price(od, "docs/prices.md list price"),
         spot=_price(spot, "contract test catalog"),
         on_demand_stock=Stock.available, spot_stock=Stock.available, spot_interruptions_per_hour=0.05,
     )
 
 
-# On-demand figures from reference/prices.md; spot figures are illustrative.
+# On-demand figures from docs/prices.md; spot figures are illustrative.
 CATALOG = (
     alibaba_offer("cn-hangzhou", "cn-hangzhou-i", "ecs.gn6i-c4g1.xlarge", "T4", 15.0, 4, 15, "11.63", "4.65"),
     alibaba_offer("cn-hangzhou", "cn-hangzhou-i", "ecs.gn7i-c8g1.2xlarge", "A10", 22.0, 8, 30, "9.5326", "3.81"),

@@ -25,7 +25,7 @@ moto changes states at once, so the harness clock only drives the adapter
 (retry back-off, price dates).
 
 Harnesses share the session's moto and are kept apart by a cluster tag of
-their own (see ``AwsHarness``); ``tests/test_aws.py`` reuses all of this.
+their own (see ``AwsHarness``); ``tests/providers/test_aws.py`` reuses all of this.
 """
 
 from __future__ import annotations

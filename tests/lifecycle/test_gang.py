@@ -36,7 +36,7 @@ from scheduler.lifecycle.tick import SimulatedCrash
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
-from tests.test_lifecycle import World, job_spec
+from tests.lifecycle.test_lifecycle import World, job_spec
 
 RUNNING, SUCCEEDED = JobState.running.value, JobState.succeeded.value
 

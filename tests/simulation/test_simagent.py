@@ -15,7 +15,7 @@ from sqlalchemy import select
 from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.store.tables import JobRow
-from tests.test_lifecycle import World
+from tests.lifecycle.test_lifecycle import World
 
 
 def _spec(kind: str, n: int) -> dict:

@@ -18,7 +18,7 @@ from scheduler.settings import Settings
 from scheduler.store.tables import AttemptRow, JobRow
 
 TOKEN = "agent-test-api-token-0123456789"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_agent_runs_the_job_reports_epochs_and_success(store, sim_clock, tmp_path):

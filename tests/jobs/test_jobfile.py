@@ -25,7 +25,7 @@ from scheduler.jobs.jobfile import (
 )
 from scheduler.models import JobSpec, Kind
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DROP = object()  # a patch value that removes the key
 
 BASE: dict[str, Any] = {

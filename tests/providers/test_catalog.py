@@ -105,7 +105,7 @@ def test_tencent_prices_outside_guangzhou_3_are_labelled_as_assumed() -> None:
 @pytest.mark.parametrize(
     "provider, zone, instance_type, on_demand, currency",
     [
-        # Figures as prices.md quotes them.
+        # Figures as the sources in docs/prices.md give them.
         ("aws", "us-east-1a", "g4dn.xlarge", "0.526", "USD"),
         ("aws", "ap-northeast-1c", "g5.2xlarge", "1.75776", "USD"),
         ("aws", "us-east-1b", "p4d.24xlarge", "21.957642", "USD"),

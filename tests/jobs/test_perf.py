@@ -1,4 +1,4 @@
-"""The YOLOv9 time and memory model against the priors in the project's YOLOv9 reference."""
+"""The YOLOv9 time and memory model against the priors in docs/yolov9-model.md."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from scheduler.jobs.perf import (
 )
 from scheduler.models import JobSpec
 
-# GPUs ordered from slowest to fastest by the reference's S(g) column.
+# GPUs ordered from slowest to fastest by the S(g) column of docs/yolov9-model.md.
 BY_SPEED = ["T4", "L4", "A10G", "A10", "L20", "V100", "A100-40G", "A100-80G", "H100"]
 
 
@@ -50,7 +50,7 @@ def job(kind: str = "train", model: str = "yolov9-s", **sections: Any) -> JobSpe
     return JobSpec.model_validate(body)
 
 
-# --- the priors reproduce the reference's tables ------------------------------------------
+# --- the priors reproduce the tables of docs/yolov9-model.md ------------------------------
 
 
 @pytest.mark.parametrize(

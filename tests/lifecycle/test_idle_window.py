@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from scheduler.lifecycle.idle_window import MIN_SAMPLES, judge
 from scheduler.store.tables import EventRow, IdleStopRow
-from tests.test_lifecycle import World, job_spec
+from tests.lifecycle.test_lifecycle import World, job_spec
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
 W = timedelta(minutes=10)

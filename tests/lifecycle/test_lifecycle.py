@@ -1,6 +1,6 @@
 """The tick on the sandbox cloud: launch, preempt and resume, idle stop, and the no-leak invariants.
 
-Crash tests follow reliability.md: the tick is killed at a named point (after the
+Crash tests follow docs/reliability.md: the tick is killed at a named point (after the
 intent is committed, after the cloud call but before its result is recorded),
 a new tick context (a "restarted daemon") drives the same store and cloud on,
 and the invariants are checked: at most one live instance per (job, attempt),
@@ -206,7 +206,7 @@ def test_crash_between_intent_and_cloud_leaves_no_leak_and_no_lost_job(store, si
 
 
 def test_invariant_check_fails_when_tokens_are_random(store, sim_clock, monkeypatch):
-    """The planted bug of reliability.md: a random token per call launches twice after a crash."""
+    """The planted bug of docs/reliability.md: a random token per call launches twice after a crash."""
     w = World(store, sim_clock, list_delay_seconds=90)
     w.submit(job_spec())
     monkeypatch.setattr(lifecycle, "_request_token", lambda row: f"rnd-{random.random()}")

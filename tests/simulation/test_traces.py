@@ -20,7 +20,7 @@ from scheduler.simulation.lower_bound import PricedCatalog
 from scheduler.simulation.trace_file import TraceEntry, dump_trace, entry_json, load_trace
 from scheduler.simulation.traces import expected_jobs, generate_month, main, scale_for_jobs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "examples" / "traces"
 MONTH_TRACE = TRACES / "month-3teams.jsonl"
 STRESS_TRACE = TRACES / "stress-month.jsonl.gz"

@@ -31,7 +31,7 @@ from scheduler.store.database import Store
 
 TOKEN = "daemon-test-token-0123456789"
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def settings(**overrides: object) -> Settings:
