@@ -33,7 +33,7 @@ def run_daemon(settings: Settings) -> None:
     store = Store(settings.db_url)
     store.migrate()
     providers = build_providers(settings, clock)
-    ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings)
+    ctx = TickContext.build(store, providers, clock, settings)
     agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
         if settings.backend == "sandbox" or settings.sim_agents else None
 

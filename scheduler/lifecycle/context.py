@@ -6,12 +6,12 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 import structlog
 
-from providers.base import (
-    Provider,
-)
+from providers.base import Provider, ProviderError
+from providers.retry import call_with_retry
 from scheduler.clock import Clock
 from scheduler.lifecycle.idle_window import WarmMemo
 from scheduler.lifecycle.offerbook import OfferBook
@@ -23,6 +23,7 @@ from scheduler.store.database import Store
 
 log = structlog.get_logger("gpusched.tick")
 
+T = TypeVar("T")
 
 
 class SimulatedCrash(BaseException):
@@ -56,6 +57,21 @@ class TickContext:
     # again for every running job on every tick was a good part of a busy tick.
     specs: dict[str, JobSpec] = field(default_factory=dict)
 
+    @classmethod
+    def build(cls, store: Store, providers: Mapping[str, Provider], clock: Clock, settings: Settings, *,
+              seed: int | None = None,
+              strategy: Literal["gpusched", "on-demand", "spot-greedy", "skypilot-like"] = "gpusched",
+              ) -> TickContext:
+        """The one way to make a context: the daemon passes no seed; the demo and the simulator seed
+        the back-off jitter and the instance ids so a run repeats exactly, and the simulator names
+        the policy (the skypilot-like baseline restarts a preempted job from scratch)."""
+        return cls(
+            store=store, providers=providers, clock=clock, settings=settings,
+            policy=PlannerPolicy(currency=settings.report_currency, fx=settings.fx, strategy=strategy),
+            rng_seed=seed or 0, ids=None if seed is None else random.Random(seed),
+            resume_after_preemption=strategy != "skypilot-like",
+        )
+
     def spec_of(self, job_id: str, spec_json: dict) -> JobSpec:
         spec = self.specs.get(job_id)
         if spec is None:
@@ -88,3 +104,25 @@ class TickReport:
 def backoff_rng(ctx: TickContext, now: datetime) -> random.Random:
     """Jitter for back-off: seeded from the tick time so a simulated run repeats exactly."""
     return random.Random(ctx.rng_seed * 1_000_003 + int(now.timestamp()))
+
+
+class CloudCall(NamedTuple, Generic[T]):
+    ok: bool
+    value: T | None = None
+
+
+def cloud_call(ctx: TickContext, now: datetime, report: TickReport, call: Callable[[], T], *, event: str,
+               label: str, refused: tuple[type[ProviderError], ...] = (), level: str = "warning",
+               logger: structlog.typing.FilteringBoundLogger | None = None, **fields: object) -> CloudCall[T]:
+    """One cloud call with our retries. A failure is logged as ``event`` (with the vendor's code and
+    request id) and recorded in the tick's report as ``label: message``, and the caller gets
+    ``ok=False`` and decides what failing means for it: never "the instance is gone". Errors of the
+    ``refused`` kinds (the cloud said no, so nothing was created) are raised for the caller instead."""
+    try:
+        return CloudCall(True, call_with_retry(call, clock=ctx.clock, rng=backoff_rng(ctx, now)))
+    except refused:
+        raise
+    except ProviderError as exc:
+        getattr(logger or log, level)(event, **fields, **exc.log_fields())
+        report.errors.append(f"{label}: {exc.message}")
+        return CloudCall(False)

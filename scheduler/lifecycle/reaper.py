@@ -19,11 +19,9 @@ from providers.base import (
     CAP_SPOT_STOP,
     CAP_STOP_CHARGING,
     InstanceRef,
-    ProviderError,
 )
-from providers.retry import call_with_retry
 from scheduler.accounting import ledger
-from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance
 from scheduler.models import Capacity
 from scheduler.states import (
@@ -69,14 +67,9 @@ def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
             capacity != Capacity.spot.value or CAP_SPOT_STOP in provider.capabilities
         )
         action = "stopped" if can_stop else "terminated"
-        try:
-            if can_stop:
-                call_with_retry(lambda: provider.stop(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-            else:
-                call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-        except ProviderError as exc:
-            log.warning("idle_stop_failed", instance=row_id, **exc.log_fields())
-            report.errors.append(f"idle stop {row_id}: {exc.message}")
+        call = (lambda: provider.stop(ref)) if can_stop else (lambda: provider.terminate(ref))
+        if not cloud_call(ctx, now, report, call, event="idle_stop_failed", label=f"idle stop {row_id}",
+                          instance=row_id).ok:
             continue
         with ctx.store.session() as s:
             row = s.get(InstanceRow, row_id)
@@ -118,11 +111,8 @@ def retire_stopped(ctx: TickContext, now: datetime, report: TickReport) -> None:
         if provider is None:
             continue
         ref = InstanceRef(provider=prov, region=region, instance_id=cloud_id)
-        try:
-            call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-        except ProviderError as exc:
-            log.warning("retire_stopped_failed", instance=row_id, **exc.log_fields())
-            report.errors.append(f"retire {row_id}: {exc.message}")
+        if not cloud_call(ctx, now, report, lambda: provider.terminate(ref), event="retire_stopped_failed",
+                          label=f"retire {row_id}", instance=row_id).ok:
             continue
         with ctx.store.session() as s:
             row = s.get(InstanceRow, row_id)

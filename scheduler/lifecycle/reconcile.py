@@ -21,11 +21,9 @@ from providers.base import (
     Instance,
     InstanceState,
     Provider,
-    ProviderError,
 )
-from providers.retry import call_with_retry
 from scheduler.accounting import ledger
-from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import (
     current_attempt,
     open_billing,
@@ -58,17 +56,11 @@ A, I, J = AttemptState, InstanceRowState, JobState
 def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
     grace = timedelta(seconds=ctx.settings.launch_grace_seconds)
     for name, provider in sorted(ctx.providers.items()):
-        try:
-            seen = call_with_retry(
-                lambda: provider.instances({TAG_MANAGED: ctx.settings.cluster}),
-                clock=ctx.clock,
-                rng=backoff_rng(ctx, now),
-            )
-        except ProviderError as exc:
-            # Never treat "could not list" as "gone": skip this provider this tick.
-            log.warning("reconcile_list_failed", **exc.log_fields())
-            report.errors.append(f"{name}: {exc.message}")
-            continue
+        listed = cloud_call(ctx, now, report, lambda: provider.instances({TAG_MANAGED: ctx.settings.cluster}),
+                            event="reconcile_list_failed", label=name)
+        if not listed.ok:
+            continue  # never treat "could not list" as "gone": skip this provider this tick
+        seen = listed.value or []
         by_row = {i.tags.get(TAG_INSTANCE): i for i in seen}
         with ctx.store.session() as s:
             # Three columns per live row first; a whole row only where the cloud says something
@@ -241,11 +233,8 @@ def _instance_lost(
 
 
 def _terminate_orphan(ctx: TickContext, provider: Provider, cloud: Instance, now: datetime, report: TickReport) -> None:
-    try:
-        call_with_retry(lambda: provider.terminate(cloud.ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-    except ProviderError as exc:
-        log.error("orphan_terminate_failed", instance=cloud.ref.instance_id, **exc.log_fields())
-        report.errors.append(f"orphan {cloud.ref.instance_id}: {exc.message}")
+    if not cloud_call(ctx, now, report, lambda: provider.terminate(cloud.ref), event="orphan_terminate_failed",
+                      label=f"orphan {cloud.ref.instance_id}", level="error", instance=cloud.ref.instance_id).ok:
         return
     report.orphans_terminated += 1
     log.warning("orphan_terminated", provider=provider.name, instance=cloud.ref.instance_id,

@@ -22,11 +22,10 @@ from datetime import datetime
 import structlog
 from sqlalchemy import select
 
-from providers.base import InstanceRef, ProviderError
-from providers.retry import call_with_retry
+from providers.base import InstanceRef
 from scheduler.accounting import ledger
 from scheduler.jobs import perf
-from scheduler.lifecycle.context import TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.plan import spot_allowed
@@ -208,10 +207,8 @@ def _move(ctx: TickContext, now: datetime, job_id: str, inst_id: str, target: Sp
         inst = s.get(InstanceRow, inst_id)
         ref = InstanceRef(provider=inst.provider, region=inst.region, instance_id=inst.cloud_id or "")
     provider = ctx.providers[ref.provider]
-    try:
-        call_with_retry(lambda: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-    except ProviderError as exc:
-        log.warning("steer_release_failed", job=job_id, **exc.log_fields())
+    if not cloud_call(ctx, now, report, lambda: provider.terminate(ref), event="steer_release_failed",
+                      label=f"steer release {job_id}", logger=log, job=job_id).ok:
         return
     capacity = Capacity.spot if target is SpotState.spot else Capacity.on_demand
     with ctx.store.session() as s:

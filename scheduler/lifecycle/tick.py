@@ -35,15 +35,13 @@ from providers.base import (
     InstanceState,
     InvalidRequest,
     NoCapacity,
-    ProviderError,
     QuotaExceeded,
 )
-from providers.retry import call_with_retry
 from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
-from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, backoff_rng
+from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
 from scheduler.lifecycle.reconcile import reconcile
@@ -431,7 +429,9 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
         )
     provider = ctx.providers[row.provider]
     try:
-        inst = call_with_retry(lambda: provider.launch(request), clock=ctx.clock, rng=backoff_rng(ctx, now))
+        launched = cloud_call(ctx, now, report, lambda: provider.launch(request), event="launch_uncertain",
+                              label=f"launch {row_id}", refused=(NoCapacity, QuotaExceeded, InvalidRequest),
+                              instance=row_id)
     except (NoCapacity, QuotaExceeded, InvalidRequest) as exc:
         # The cloud refused: nothing was created. Avoid this offer for a while; plan again.
         ctx.offers.avoid(offer, request.capacity, now)
@@ -457,11 +457,10 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
             released = [(r.id, r.cloud_id) for r in release_nodes(s, job, attempt, now)]
         _terminate_released(ctx, now, row.provider, row.region, released, report)
         return "refused"
-    except ProviderError as exc:
-        # Outcome unknown (throttled, unreachable): keep the intent; the next tick re-issues it.
-        log.warning("launch_uncertain", instance=row_id, **exc.log_fields())
-        report.errors.append(f"launch {row_id}: {exc.message}")
-        return "uncertain"
+    if not launched.ok:
+        return "uncertain"  # outcome unknown (throttled, unreachable): keep the intent; the next tick re-issues it
+    inst = launched.value
+    assert inst is not None
     ctx.crashpoint("after_launch")
     with ctx.store.session() as s:
         row = s.get(InstanceRow, row_id)
@@ -496,11 +495,8 @@ def _terminate_released(ctx: TickContext, now: datetime, provider_name: str, reg
         if cloud_id is None:
             continue
         ref = InstanceRef(provider=provider_name, region=region, instance_id=cloud_id)
-        try:
-            call_with_retry(lambda ref=ref: provider.terminate(ref), clock=ctx.clock, rng=backoff_rng(ctx, now))
-        except ProviderError as exc:
-            log.warning("gang_release_failed", instance=row_id, **exc.log_fields())
-            report.errors.append(f"gang release {row_id}: {exc.message}")
+        if not cloud_call(ctx, now, report, lambda ref=ref: provider.terminate(ref), event="gang_release_failed",
+                          label=f"gang release {row_id}", instance=row_id).ok:
             continue
         with ctx.store.session() as s:
             row = s.get(InstanceRow, row_id)

@@ -132,8 +132,7 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
     emulators: list = []
     if via_emulators:
         preempt.update(_attach_emulators(settings, clock, providers, clouds, emulators))
-    ctx = TickContext(store=store, providers=providers, clock=clock, settings=settings, rng_seed=seed,
-                      ids=random.Random(seed))
+    ctx = TickContext.build(store, providers, clock, settings, seed=seed)
     job_ids = random.Random(seed + 1)
     agents = SimAgents(store, providers, settings.cluster, seed=seed)  # sees machines through the providers
     configure_logging("console", "warning")  # the narrative below tells the story in simulated time

@@ -40,7 +40,6 @@ from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
-from scheduler.planner.inputs import PlannerPolicy
 from scheduler.settings import Settings
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState
@@ -106,11 +105,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
         providers, clouds = build_sandbox(settings, clock)
-        ctx = TickContext(
-            store=store, providers=providers, clock=clock, settings=settings, rng_seed=seed,
-            ids=random.Random(seed), resume_after_preemption=policy != "skypilot-like",
-            policy=PlannerPolicy(currency=settings.report_currency, fx=settings.fx, strategy=policy),
-        )
+        ctx = TickContext.build(store, providers, clock, settings, seed=seed, strategy=policy)
         agents = SimAgents(store, providers, settings.cluster, seed=seed,
                            ended_at=lambda prov, cid: clouds[prov].ended_at(cid))
         job_ids = random.Random(seed + 1)
