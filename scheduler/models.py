@@ -2,8 +2,8 @@
 
 Every model is frozen with ``extra="forbid"``: unknown keys are errors, not
 silently ignored. Structural rules live here; rules that need the catalog or the
-kind of job (which section goes with which kind) live in ``jobfile.py``, which
-turns every problem into a message with the field path and an example.
+kind of job (which section goes with which kind) live in ``jobs/jobfile_rules.py``, and
+``jobs/jobfile.py`` turns every problem into a message with the field path and an example.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class ExportSpec(Frozen):
 
 
 class ResourcesSpec(Frozen):
-    gpus: tuple[str, ...] | None = None  # validated against scheduler.gpus in jobfile.py
+    gpus: tuple[str, ...] | None = None  # validated against scheduler.gpus in jobfile_rules.py
     gpu_count: int = Field(default=1, ge=1, le=8)
     nodes: int = Field(default=1, ge=1, le=64)
 

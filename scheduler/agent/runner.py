@@ -34,7 +34,7 @@ import httpx
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import SettingsError
 from scheduler.jobs import infer_shards, yolo
-from scheduler.jobs.perf import physical_batch
+from scheduler.jobs.perf_memory import physical_batch
 from scheduler.models import JobSpec, Kind
 
 

@@ -73,7 +73,7 @@ def validate(files: list[Path] = typer.Argument(..., help="job.yaml files to che
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of job.yaml (for editors and CI linters)."""
-    from scheduler.jobs.jobfile import job_json_schema
+    from scheduler.jobs.jobfile_schema import job_json_schema
 
     sys.stdout.write(json.dumps(job_json_schema(), indent=2) + "\n")
 

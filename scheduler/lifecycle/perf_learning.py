@@ -42,7 +42,8 @@ from sqlalchemy.orm import Session
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.gpus import GPUS
-from scheduler.jobs import perf
+from scheduler.jobs import perf, perf_rates
+from scheduler.jobs.perf_priors import VARIANTS
 from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
 from scheduler.states import AttemptState, JobState
 from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
@@ -191,12 +192,12 @@ def prior_rate(model: str, gpu: str, img_size: int, *, vcpus: int | None = None,
     With ``vcpus`` it is capped by the mosaic data loader, as on that machine;
     without, it is the GPU-bound rate alone.
     """
-    rate = perf.gpu_bound_rate(model, gpu, img_size)
+    rate = perf_rates.gpu_bound_rate(model, gpu, img_size)
     if vcpus is None:
         return rate
     if batch is None:
-        return min(rate, perf.cpu_bound_rate(vcpus, gpu_count))
-    return min(rate, perf.cpu_bound_rate(vcpus, gpu_count, batch))
+        return min(rate, perf_rates.cpu_bound_rate(vcpus, gpu_count))
+    return min(rate, perf_rates.cpu_bound_rate(vcpus, gpu_count, batch))
 
 
 def outlier(rate: float, prior: float) -> str | None:
@@ -340,13 +341,13 @@ def perf_table(
     model's order of models, then ``scheduler.gpus`` order, then image size.
     """
     learned = learn(session, min_samples=min_samples, max_age=max_age, now=now, recent=recent)
-    keys = {(m, g, PRIOR_IMG_SIZE) for m in perf.VARIANTS for g in GPUS} | set(learned)
+    keys = {(m, g, PRIOR_IMG_SIZE) for m in VARIANTS for g in GPUS} | set(learned)
     rows = []
     for model, gpu, img_size in sorted(keys, key=_display_order):
         if (models is not None and model not in models) or (gpus is not None and gpu not in gpus):
             continue
         try:
-            prior = perf.gpu_bound_rate(model, gpu, img_size)
+            prior = perf_rates.gpu_bound_rate(model, gpu, img_size)
         except UserError:  # samples of a GPU or model this version no longer knows
             log.warning("perf_key_unknown", model=model, gpu=gpu, img_size=img_size)
             continue
@@ -365,7 +366,7 @@ def perf_table(
 
 def _display_order(key: Key) -> tuple[int, str, int, str, int]:
     model, gpu, img_size = key
-    model_ix = list(perf.VARIANTS).index(model) if model in perf.VARIANTS else len(perf.VARIANTS)
+    model_ix = list(VARIANTS).index(model) if model in VARIANTS else len(VARIANTS)
     gpu_ix = list(GPUS).index(gpu) if gpu in GPUS else len(GPUS)
     return model_ix, model, gpu_ix, gpu, img_size
 

@@ -15,14 +15,9 @@ from pydantic import BaseModel
 
 from scheduler.errors import FieldProblem, JobFileError
 from scheduler.gpus import GPUS
-from scheduler.jobs.jobfile import (
-    FIELD_EXAMPLES,
-    job_json_schema,
-    load_job_file,
-    parse_job,
-    parse_job_text,
-    submit_problems,
-)
+from scheduler.jobs.jobfile import load_job_file, parse_job, parse_job_text, submit_problems
+from scheduler.jobs.jobfile_examples import FIELD_EXAMPLES
+from scheduler.jobs.jobfile_schema import job_json_schema
 from scheduler.models import JobSpec, Kind
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -308,14 +303,14 @@ def test_example_numbers_the_demo_relies_on() -> None:
 
 
 def leaf_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
-    from scheduler.jobs.jobfile import _submodel  # the same walk the loader uses
+    from scheduler.jobs.jobfile_problems import submodel  # the same walk the loader uses
     from scheduler.money import Money
 
     paths = set()
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         paths.add(path)
-        sub = _submodel(field.annotation)
+        sub = submodel(field.annotation)
         if sub is not None and sub is not Money:
             paths |= leaf_paths(sub, f"{path}.")
     return paths

@@ -9,21 +9,9 @@ import pytest
 
 from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS
-from scheduler.jobs.perf import (
-    Estimate,
-    cpu_bound_rate,
-    estimate,
-    figures_for,
-    gpu_bound_rate,
-    infer_memory_gib,
-    needs_gpu,
-    observed_rate,
-    physical_batch,
-    scaling_efficiency,
-    speed_factor,
-    train_memory_gib,
-    usable_memory_gib,
-)
+from scheduler.jobs.perf import Estimate, estimate, figures_for, needs_gpu, observed_rate
+from scheduler.jobs.perf_memory import infer_memory_gib, physical_batch, train_memory_gib, usable_memory_gib
+from scheduler.jobs.perf_rates import cpu_bound_rate, gpu_bound_rate, scaling_efficiency, speed_factor
 from scheduler.models import JobSpec
 
 # GPUs ordered from slowest to fastest by the S(g) column of docs/yolov9-model.md.

@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from providers.catalog import load_catalog
 from scheduler.gpus import GPUS
-from scheduler.jobs import perf
+from scheduler.jobs import perf, perf_memory, perf_rates
+from scheduler.jobs.perf_priors import VARIANTS
 from scheduler.lifecycle.perf_learning import (
     OUTLIER_FACTOR,
     RatesMemo,
@@ -129,7 +130,7 @@ def test_a_sequence_of_reports_gives_one_sample_each_with_the_true_epoch_time(st
         assert row.epoch_seconds == pytest.approx(true_epoch, rel=1e-6)
         assert row.rate_img_s == pytest.approx(expected_rate, rel=1e-6)
         assert (row.model, row.gpu, row.img_size, row.attempt, row.source) == ("yolov9-s", "A10G", 640, 1, "agent")
-        assert row.batch == perf.physical_batch("yolov9-s", "A10G", 640, 64)
+        assert row.batch == perf_memory.physical_batch("yolov9-s", "A10G", 640, 64)
     # Fed back to the model, the learned rate reproduces the observed epoch.
     with store.session() as s:
         measured = measured_rates(s)
@@ -211,8 +212,8 @@ def test_nonsense_reports_record_nothing(store: Store, epochs_before: int, epoch
 def test_outlier_band_uses_the_machines_data_loader_when_its_vcpus_are_known(store: Store) -> None:
     # gelan-t on an H100 is starved by a 4-vCPU loader: the GPU-bound prior is far above what it can do.
     spec = make_spec(model="gelan-t", gpus=("H100",), val_images=0)
-    loader_rate = perf.cpu_bound_rate(4, 1, 64)
-    assert perf.gpu_bound_rate("gelan-t", "H100") > OUTLIER_FACTOR * loader_rate
+    loader_rate = perf_rates.cpu_bound_rate(4, 1, 64)
+    assert perf_rates.gpu_bound_rate("gelan-t", "H100") > OUTLIER_FACTOR * loader_rate
     epoch = 12_000 / (loader_rate * 0.9)  # a plausible data-starved epoch (no val images)
     results = {}
     with store.session() as s:
@@ -248,9 +249,9 @@ def test_outlier_verdicts(rate: float, prior: float, bad: bool) -> None:
 
 
 def test_prior_rate_is_capped_by_the_loader_only_when_vcpus_are_known() -> None:
-    gpu_bound = perf.gpu_bound_rate("gelan-t", "H100")
+    gpu_bound = perf_rates.gpu_bound_rate("gelan-t", "H100")
     assert prior_rate("gelan-t", "H100", 640) == gpu_bound
-    assert prior_rate("gelan-t", "H100", 640, vcpus=4, batch=64) == perf.cpu_bound_rate(4, 1, 64) < gpu_bound
+    assert prior_rate("gelan-t", "H100", 640, vcpus=4, batch=64) == perf_rates.cpu_bound_rate(4, 1, 64) < gpu_bound
 
 
 def test_catalog_vcpus_agree_with_every_offer_of_the_type() -> None:
@@ -356,16 +357,16 @@ def test_perf_table_marks_measured_and_prior_rows_with_counts(any_store: Store) 
             add_sample(s, 30.0, T0 + timedelta(minutes=i), img_size=1280)  # a size with no listed prior
         table = perf_table(s)
     by_key = {(r.model, r.gpu, r.img_size): r for r in table}
-    assert len(table) == len(perf.VARIANTS) * len(GPUS) + 1
+    assert len(table) == len(VARIANTS) * len(GPUS) + 1
 
     measured = by_key[("yolov9-s", "A10G", 640)]
     assert (measured.source, measured.samples, measured.rate_img_s) == ("measured", 3, 85.0)
-    assert measured.prior_rate == perf.gpu_bound_rate("yolov9-s", "A10G", 640)
+    assert measured.prior_rate == perf_rates.gpu_bound_rate("yolov9-s", "A10G", 640)
     assert measured.last_seen == T0 + timedelta(minutes=2)
 
     thin = by_key[("yolov9-s", "T4", 640)]
     assert (thin.source, thin.samples) == ("prior", 1)
-    assert thin.rate_img_s == thin.prior_rate == perf.gpu_bound_rate("yolov9-s", "T4", 640)
+    assert thin.rate_img_s == thin.prior_rate == perf_rates.gpu_bound_rate("yolov9-s", "T4", 640)
     assert thin.last_seen == T0 + timedelta(hours=1)
 
     big = by_key[("yolov9-s", "A10G", 1280)]

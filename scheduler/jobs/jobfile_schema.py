@@ -1,0 +1,49 @@
+"""The JSON Schema of job.yaml, for editors (yaml-language-server, VS Code): ``gpusched schema``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.gpus import GPUS
+from scheduler.models import JobSpec
+from scheduler.money import CURRENCIES
+
+__all__ = ["job_json_schema"]
+
+
+def job_json_schema() -> dict[str, Any]:
+    """JSON Schema of job.yaml for editors (yaml-language-server, VS Code).
+
+    Deadlines and budgets are written as text in job files, so the schema says
+    so, instead of pydantic's view of them (datetime / timedelta, a Money object).
+    """
+    schema = JobSpec.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    policy = defs["PolicySpec"]["properties"]
+    policy["deadline"] = {
+        "title": "Deadline",
+        "description": "An ISO 8601 time with a UTC offset, or a duration from submission such as 36h, 2d, 1d12h, 90m.",
+        "anyOf": [{"type": "string", "pattern": _DEADLINE_PATTERN}, {"type": "null"}],
+        "default": None,
+        "examples": ["2026-12-10T18:00:00+08:00", "36h"],
+    }
+    policy["budget"] = {
+        "title": "Budget",
+        "description": f"Most the job may cost: an amount and a currency ({', '.join(CURRENCIES)}).",
+        "anyOf": [{"type": "string", "pattern": _BUDGET_PATTERN}, {"type": "null"}],
+        "default": None,
+        "examples": ["800 CNY", "120 USD"],
+    }
+    defs.pop("Money", None)
+    gpus = defs["ResourcesSpec"]["properties"]["gpus"]
+    gpus["anyOf"] = [{"type": "array", "items": {"enum": list(GPUS)}}, {"type": "null"}]
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpusched job file"
+    return schema
+
+
+_DEADLINE_PATTERN = (
+    r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})"
+    r"|\s*(\d+d)?\s*(\d+h)?\s*(\d+m)?\s*)$"
+)
+_BUDGET_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(" + "|".join(CURRENCIES) + r")\s*$"
