@@ -1,33 +1,13 @@
 """The Provider protocol: the one small seam between gpusched and a cloud.
 
 Every adapter (sandbox, aws, alibaba, tencent) implements ``Provider`` and is
-proven by the same contract suite. The contract, member by member:
-
-``name``
-    Short id used in tags, the store and job.yaml (``aws``, ``alibaba``, ...).
-``capabilities``
-    A frozenset of ``CAP_*`` strings. Callers ask for a capability; they never
-    branch on ``name``.
-``offers(regions)``
-    Every GPU instance type per region / zone with prices (Decimal + currency +
-    source + as-of) and stock status. Never raises for "sold out": stock is data.
-``launch(request)``
-    Non-blocking: returns at once with a ``pending`` Instance. The request carries
-    a client token; launching the same token twice returns the same instance,
-    never a second one. Raises ``NoCapacity`` / ``QuotaExceeded`` / ... on refusal.
-``instances(tags, regions)``
-    Every instance carrying all of ``tags`` (pagination is the adapter's job),
-    states mapped to ``InstanceState``, with ``preempted`` set and a reason when
-    the cloud reclaimed a spot instance.
-``stop(ref)`` / ``start(ref)``
-    Stop-charging where the cloud offers it (``CAP_STOP_CHARGING``). A spot
-    instance that cannot be stopped raises ``InvalidRequest``: it is never
-    silently terminated (the caller decides to terminate).
-``terminate(ref)``
-    Idempotent: an instance that is already gone (or never existed) is success.
+proven by the same contract suite (``tests/contract/test_provider_contract.py``,
+one run per adapter). Each member's contract is in its own docstring below, so
+an editor shows it where the member is used.
 
 Vendor exceptions never cross an adapter: they become the project's
-``ProviderError`` subclasses from ``scheduler.errors``.
+``ProviderError`` subclasses from ``scheduler.errors`` (re-exported here), with
+the vendor's code and request id kept.
 """
 
 from __future__ import annotations
@@ -53,15 +33,26 @@ from scheduler.models import Capacity, Frozen, Offer
 __all__ = [
     "AuthFailed", "InvalidRequest", "NoCapacity", "NotFound", "ProviderError",
     "ProviderUnavailable", "QuotaExceeded", "Throttled",
-    "CAP_STOP_CHARGING", "CAP_SPOT_STOP", "CAP_LIVE_PRICES", "CAP_PREEMPTION_EVENTS",
+    "Capability",
     "TAG_MANAGED", "TAG_JOB", "TAG_ATTEMPT", "TAG_TEAM", "TAG_INSTANCE",
     "InstanceState", "InstanceRequest", "Instance", "InstanceRef", "Provider",
 ]
 
-CAP_STOP_CHARGING = "stop_charging"      # a stopped instance stops billing for compute
-CAP_SPOT_STOP = "spot_stop"              # spot instances can be stopped (not only terminated)
-CAP_LIVE_PRICES = "live_prices"          # offers() asks the cloud for current prices
-CAP_PREEMPTION_EVENTS = "preemption_events"  # instances() reports spot reclaims with a reason
+
+class Capability(StrEnum):
+    """What a cloud can do beyond the protocol's minimum.
+
+    Callers ask ``Capability.spot_stop in provider.capabilities``; they never
+    branch on ``provider.name``. The values are the plain strings that logs and
+    stored data have always used (``"spot_stop"`` ...); a misspelt member is an
+    AttributeError, not a capability silently missing.
+    """
+
+    stop_charging = "stop_charging"  # a stopped instance stops billing for compute (its disk still bills)
+    spot_stop = "spot_stop"  # spot instances can be stopped, not only terminated
+    live_prices = "live_prices"  # offers() asks the cloud for current prices
+    preemption_events = "preemption_events"  # instances() reports spot reclaims with a reason
+
 
 # Tags put on every instance at creation. TAG_MANAGED carries the deployment's
 # cluster name so two gpusched installations in one account never touch each
@@ -123,19 +114,123 @@ class Instance(Frozen):
 
 @runtime_checkable
 class Provider(Protocol):
+    """One cloud behind gpusched: its offers, and the instances it launches, lists, stops, starts and terminates.
+
+    The contract of each member is in its docstring; ``tests/contract`` runs the
+    same cases against every adapter. A cloud's failures arrive as
+    ``ProviderError`` subclasses; the ``retryable`` ones (``Throttled``,
+    ``ProviderUnavailable``) may be retried with
+    ``providers.retry.call_with_retry``, and only those.
+    """
+
     name: str
-    capabilities: frozenset[str]
+    """The cloud's short id: ``aws``, ``alibaba``, ``tencent`` (or the one a sandbox poses as).
 
-    def offers(self, regions: Sequence[str] | None = None) -> list[Offer]: ...
+    Used in tags, the store and job.yaml. The offers, instance refs and errors
+    this provider hands out carry it in their ``provider`` field.
+    """
 
-    def launch(self, request: InstanceRequest) -> Instance: ...
+    capabilities: frozenset[Capability]
+    """What this provider can do beyond the minimum (see ``Capability``), fixed once it is built.
+
+    Callers ask for a capability, never for a ``name``. The contract suite runs
+    both sides of ``Capability.spot_stop``: stopping a spot instance stops it
+    where the capability is present and raises ``InvalidRequest`` where it is not.
+    """
+
+    def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
+        """The GPU instance types this provider sells, one ``Offer`` per zone and type.
+
+        ``regions`` narrows the answer to those regions; None means every region
+        the provider serves. Each offer's ``provider`` is ``name``. Its prices
+        (``on_demand``, ``spot``; None where that capacity is not sold) are
+        ``Price`` objects: a positive ``Decimal`` amount in the currency the cloud
+        bills in, a non-empty ``source`` saying where the figure came from (a
+        live price call, or the bundled catalog when the cloud gives none), and
+        the date it was valid (``as_of``).
+
+        Sold out is data, not an error: a type with no stock is still offered
+        (its stock fields say what is known about stock) and ``offers`` does not
+        raise for it. Credentials the cloud refuses raise ``AuthFailed``.
+        """
+        ...
+
+    def launch(self, request: InstanceRequest) -> Instance:
+        """Ask for one instance and return at once, without waiting for it to boot.
+
+        The returned ``Instance`` is ``pending``, in the offer's region and zone,
+        of its instance type, spot or on-demand as asked, with the request's
+        tags and ``client_token``; ``instances()`` shows it ``running`` later,
+        with the same ``launched_at``.
+
+        ``request.client_token`` makes the call idempotent: launching the same
+        request again (a retry after a lost answer, or after ``Throttled``)
+        gives the instance the first call made, never a second one. The same
+        token with different parameters raises ``InvalidRequest`` and launches
+        nothing.
+
+        Raises ``NoCapacity`` (with ``provider`` set) when the cloud has no stock
+        for the offer at that capacity, leaving no instance behind;
+        ``InvalidRequest`` for a request this provider cannot carry out;
+        ``Throttled`` or ``ProviderUnavailable`` when the cloud is busy or its
+        answer was lost, in which case retrying the same request is safe. Other
+        refusals (``QuotaExceeded``, ``AuthFailed`` ...) arrive as the matching
+        ``ProviderError`` subclass (each adapter's own tests check its table of
+        the cloud's error codes).
+        """
+        ...
 
     def instances(
         self, tags: Mapping[str, str], regions: Sequence[str] | None = None
-    ) -> list[Instance]: ...
+    ) -> list[Instance]:
+        """Every instance that carries all of ``tags`` with exactly those values, and no other.
 
-    def stop(self, ref: InstanceRef) -> None: ...
+        ``regions`` narrows the listing to those regions; None means every region
+        the provider serves. Paging is the adapter's job: the whole list comes
+        back however many pages the cloud needs (the contract suite lists 250).
+        The cloud's states are mapped to ``InstanceState``, and an instance stays
+        listed through ``stopping``/``stopped`` and ``terminating`` until it
+        shows as ``terminated`` (for as long as the cloud, or the adapter's
+        memory of it, keeps it). An id that never existed is not listed.
 
-    def start(self, ref: InstanceRef) -> None: ...
+        ``preempted`` is True, with a non-empty ``preempt_reason``, once the cloud
+        has reclaimed a spot instance (it then shows ``terminated``, or
+        ``stopped`` where reclaims stop); it is False for instances that run and
+        for instances their owner terminated.
+        """
+        ...
 
-    def terminate(self, ref: InstanceRef) -> None: ...
+    def stop(self, ref: InstanceRef) -> None:
+        """Stop a running instance, keeping its disk.
+
+        Returns once the cloud has taken the request: the listing then shows
+        ``stopping`` or ``stopped``, and ``stopped`` later. Where the provider has
+        ``Capability.stop_charging``, a stopped instance's compute stops billing
+        while its disk still bills: on AWS that is what a stop is, on Alibaba and
+        Tencent the adapter asks for the stop-charging mode (their own tests
+        check that parameter; the contract suite cannot see a bill).
+
+        A spot instance on a provider without ``Capability.spot_stop`` raises
+        ``InvalidRequest`` and is left as it was: not stopped, and never silently
+        terminated (terminating is the caller's decision). With ``spot_stop`` it
+        stops and stays a spot instance.
+        """
+        ...
+
+    def start(self, ref: InstanceRef) -> None:
+        """Start a stopped instance again.
+
+        Returns once the cloud has taken the request: the listing then shows
+        ``pending`` or ``running``, and ``running`` later.
+        """
+        ...
+
+    def terminate(self, ref: InstanceRef) -> None:
+        """Terminate the instance for good.
+
+        The listing then shows ``terminating`` or ``terminated``, and
+        ``terminated`` later, with ``preempted`` False. Idempotent: terminating
+        an instance that is already terminating or terminated, or that never
+        existed, is success, not an error.
+        """
+        ...

@@ -246,12 +246,6 @@ def regions_of(offers: Iterable[Offer], provider: str) -> list[str]:
     return sorted({o.region for o in offers if o.provider == provider})
 
 
-def known_regions() -> dict[str, list[str]]:
-    """Provider -> sorted regions of the bundled catalog (for job-file validation and help)."""
-    offers = _bundled()
-    return {p: regions_of(offers, p) for p in sorted({o.provider for o in offers})}
-
-
 def owned_offers(
     reserved: Sequence[ReservedCapacity], offers: Sequence[Offer]
 ) -> list[tuple[ReservedCapacity, Offer]]:

@@ -16,11 +16,12 @@ from scheduler.clock import Clock
 from scheduler.errors import UserError
 from scheduler.settings import Settings, load_cloud_config
 
-# provider name -> (adapter module, config class)
+# provider name -> (adapter module, config class). The module holds ``from_config`` and the
+# config class (imported there from the package's ``config``).
 ADAPTERS = {
-    "aws": ("providers.aws", "AwsConfig"),
-    "alibaba": ("providers.alibaba", "AlibabaConfig"),
-    "tencent": ("providers.tencent", "TencentConfig"),
+    "aws": ("providers.aws.adapter", "AwsConfig"),
+    "alibaba": ("providers.alibaba.adapter", "AlibabaConfig"),
+    "tencent": ("providers.tencent.adapter", "TencentConfig"),
 }
 
 

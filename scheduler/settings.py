@@ -1,7 +1,7 @@
 """Settings: the only reader of the environment and ``.env``.
 
 ``Settings`` holds the scheduler's own settings (GPUSCHED_*); ``load_cloud_config`` fills each
-cloud adapter's config model (``providers.aws.AwsConfig`` ...) from GPUSCHED_<CLOUD>_*, so the
+cloud adapter's config model (``providers.aws.config.AwsConfig`` ...) from GPUSCHED_<CLOUD>_*, so the
 adapters never read the environment themselves. Lists and maps are JSON:
 GPUSCHED_ALIBABA_REGIONS='["cn-hangzhou"]'.
 

@@ -1,5 +1,9 @@
 """Alibaba Cloud ECS (RPC API, version 2014-05-26) over real HTTP, backed by the sandbox cloud.
 
+One file on purpose: it is one cloud's wire protocol (signing, parameters,
+answers and error shapes of every action) in one place, to be read side by side
+with that cloud's API reference.
+
 ``AlibabaEcsEmulator`` listens on 127.0.0.1 (port 0: the OS picks) and answers
 what ``aliyun-python-sdk-core`` sends: ``POST /`` (GET works too) with every
 parameter in the query string and an empty body. Signature v1 is verified

@@ -1,5 +1,9 @@
 """Tencent Cloud CVM (API 3.0, version 2017-03-12) over real HTTP, backed by the sandbox cloud.
 
+One file on purpose: it is one cloud's wire protocol (signing, parameters,
+answers and error shapes of every action) in one place, to be read side by side
+with that cloud's API reference.
+
 ``TencentCvmEmulator`` listens on 127.0.0.1 (port 0: the OS picks) and answers
 what ``tencentcloud-sdk-python`` sends: ``POST /`` with a JSON body, the action
 in ``X-TC-Action``, the region in ``X-TC-Region``, and an ``Authorization``
@@ -262,9 +266,6 @@ class TencentCvmEmulator:
 
     def sell_out(self, offer: Offer | str, capacity: Capacity) -> None:
         self.cloud.sell_out(offer, capacity)
-
-    def restock(self, offer: Offer | str, capacity: Capacity) -> None:
-        self.cloud.restock(offer, capacity)
 
     def preempt(self, instance_id: str) -> None:
         """Reclaim this spot instance (a CVM id) now."""

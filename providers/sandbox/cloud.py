@@ -5,6 +5,8 @@ and stop delays, stock-outs, quotas, spot prices that drift and spot instances
 that get reclaimed. It knows nothing about HTTP: the wire-protocol emulators in
 ``providers/emulators/`` and ``SandboxProvider`` (in ``providers/sandbox/provider.py``) are
 both faces on top of it. Its instance records live in ``providers/sandbox/instance.py``.
+It stays one file because it is one state machine: stock, timing, reclaims, faults
+and listings all read and change the same machines under one lock.
 
 Time only moves when the injected Clock moves. Instance state is not driven by a
 timer; it is worked out lazily from the clock on every read, so a SimClock that
@@ -49,8 +51,6 @@ OPERATIONS = ("offers", "launch", "instances", "stop", "start", "terminate")
 _S = InstanceState
 # States in which a spot reclaim can still hit the machine.
 _RECLAIMABLE = frozenset({_S.pending, _S.running, _S.stopping})
-# AWS-like billing: from running until the machine is stopped or gone.
-_BILLED = frozenset({_S.running, _S.stopping, _S.terminating})
 # An exponential draw can be astronomically far away; past this it never happens.
 _NEVER_HOURS = 24 * 365 * 10
 _DRIFT_STEPS = 1000  # spot drift is drawn in steps of 0.01 %
@@ -450,19 +450,6 @@ class SandboxCloud:
             machine = self._any_machine(instance_id)
             self._settle(machine, self._clock.now())
             return list(machine.history)
-
-    def billing_seconds(self, instance_id: str) -> float:
-        """Seconds billed so far: time spent running, stopping or terminating."""
-        with self._lock:
-            now = self._clock.now()
-            machine = self._any_machine(instance_id)
-            self._settle(machine, now)
-            billed = timedelta(0)
-            edges = machine.history + [(now, machine.state)]
-            for (since, state), (until, _) in zip(edges, edges[1:]):
-                if state in _BILLED:
-                    billed += until - since
-            return billed.total_seconds()
 
     # --- inside -------------------------------------------------------------
 

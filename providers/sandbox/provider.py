@@ -12,10 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Callable, Mapping, ParamSpec, Sequence, TypeVar
 
 from providers.base import (
-    CAP_LIVE_PRICES,
-    CAP_PREEMPTION_EVENTS,
-    CAP_SPOT_STOP,
-    CAP_STOP_CHARGING,
+    Capability,
     Instance,
     InstanceRef,
     InstanceRequest,
@@ -39,17 +36,18 @@ __all__ = [
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_CAPABILITIES: dict[str, frozenset[str]] = {
+_C = Capability
+_CAPABILITIES: dict[str, frozenset[Capability]] = {
     # One-time spot instances on AWS cannot be stopped, only terminated.
-    "aws": frozenset({CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}),
+    "aws": frozenset({_C.stop_charging, _C.preemption_events}),
     # ECS: StopCharging mode, and SpotInterruptionBehavior=Stop exists.
-    "alibaba": frozenset({CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_PREEMPTION_EVENTS}),
-    "tencent": frozenset({CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}),
-    "sandbox": frozenset({CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_LIVE_PRICES, CAP_PREEMPTION_EVENTS}),
+    "alibaba": frozenset({_C.stop_charging, _C.spot_stop, _C.preemption_events}),
+    "tencent": frozenset({_C.stop_charging, _C.preemption_events}),
+    "sandbox": frozenset({_C.stop_charging, _C.spot_stop, _C.live_prices, _C.preemption_events}),
 }
 
 
-def capabilities_like(cloud_name: str) -> frozenset[str]:
+def capabilities_like(cloud_name: str) -> frozenset[Capability]:
     """The capabilities of the real cloud ``cloud_name`` ("aws", "alibaba", "tencent"), or "sandbox" (all)."""
     try:
         return _CAPABILITIES[cloud_name]
@@ -70,7 +68,7 @@ class SandboxProvider:
         self,
         cloud: SandboxCloud,
         name: str = "sandbox",
-        capabilities: frozenset[str] | None = None,
+        capabilities: frozenset[Capability] | None = None,
         regions: Sequence[str] | None = None,
         *,
         page_size: int = 100,
@@ -79,7 +77,10 @@ class SandboxProvider:
             raise ValueError("page_size must be at least 1")
         self.cloud = cloud
         self.name = name
-        self.capabilities = frozenset(capabilities) if capabilities is not None else capabilities_like(name)
+        # Capability(...) refuses a name that is no capability (a stray string) with a ValueError.
+        self.capabilities = (
+            frozenset(Capability(c) for c in capabilities) if capabilities is not None else capabilities_like(name)
+        )
         self._regions = None if regions is None else tuple(regions)
         self._page_size = page_size
 
@@ -139,7 +140,7 @@ class SandboxProvider:
     def stop(self, ref: InstanceRef) -> None:
         self._check_ref(ref)
         current = self._call(self.cloud.get, ref.instance_id, ref.region)
-        if current.capacity is Capacity.spot and CAP_SPOT_STOP not in self.capabilities:
+        if current.capacity is Capacity.spot and Capability.spot_stop not in self.capabilities:
             raise InvalidRequest(
                 f"{self.name} cannot stop spot instance {ref.instance_id}: spot instances here can only be terminated",
                 provider=self.name,

@@ -16,8 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from providers.base import (
-    CAP_SPOT_STOP,
-    CAP_STOP_CHARGING,
+    Capability,
     InstanceRef,
 )
 from scheduler.accounting import ledger
@@ -63,8 +62,8 @@ def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
         if provider is None or cloud_id is None:
             continue
         ref = InstanceRef(provider=prov, region=region, instance_id=cloud_id)
-        can_stop = CAP_STOP_CHARGING in provider.capabilities and (
-            capacity != Capacity.spot.value or CAP_SPOT_STOP in provider.capabilities
+        can_stop = Capability.stop_charging in provider.capabilities and (
+            capacity != Capacity.spot.value or Capability.spot_stop in provider.capabilities
         )
         action = "stopped" if can_stop else "terminated"
         call = (lambda: provider.stop(ref)) if can_stop else (lambda: provider.terminate(ref))

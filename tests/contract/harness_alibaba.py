@@ -31,12 +31,9 @@ _MISSING = [m for m in ("aliyunsdkcore", "aliyunsdkecs") if importlib.util.find_
 if not _MISSING:
     from pydantic import SecretStr
 
-    from providers.alibaba import (
-        AlibabaConfig,
-        AlibabaProvider,
-        from_config,
-        make_client_factory,
-    )
+    from providers.alibaba.adapter import AlibabaProvider, from_config
+    from providers.alibaba.client import make_client_factory
+    from providers.alibaba.config import AlibabaConfig
     from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

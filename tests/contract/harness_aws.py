@@ -66,7 +66,9 @@ from scheduler.models import Capacity, Offer
 if TYPE_CHECKING:
     from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 
-    from providers.aws import AwsConfig, AwsProvider, EC2Client
+    from providers.aws.adapter import AwsProvider
+    from providers.aws.client import EC2Client
+    from providers.aws.config import AwsConfig
 
 # The AWS cases need the aws and test extras; without them they skip, saying so.
 # boto3 and moto are imported where used: the contract suite imports every
@@ -199,7 +201,7 @@ class AwsWire:
 
     def fail_next_like(self, action: str, error: ProviderError, times: int = 1) -> None:
         """Say ``error`` the way AWS would: its own code when AWS uses it for that class, else AWS's usual one."""
-        from providers.aws import classify_error
+        from providers.aws.errors import classify_error
 
         code, status = _AWS_FACES.get(type(error), ("InternalError", 500))
         if error.code and classify_error(error.code, status) is type(error):
@@ -347,7 +349,7 @@ def shared_session() -> Any:
 
 
 def harness_config(endpoint: str, access_key: str = GOOD_KEY, **overrides: Any) -> AwsConfig:
-    from providers.aws import AwsConfig
+    from providers.aws.config import AwsConfig
 
     fields: dict[str, Any] = {
         "access_key_id": access_key,
@@ -392,7 +394,8 @@ class AwsHarness:
 
     def build(self, config: AwsConfig) -> AwsProvider:
         """An AwsProvider on ``config`` whose clients go through this harness's wire."""
-        from providers.aws import AwsProvider, make_ec2_client
+        from providers.aws.adapter import AwsProvider
+        from providers.aws.client import make_ec2_client
 
         session = shared_session()
         return AwsProvider(lambda region: self.wire.attach(make_ec2_client(region, config, session)), config,

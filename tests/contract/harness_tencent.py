@@ -23,12 +23,9 @@ from scheduler.models import Capacity, Offer, Price, Stock
 
 try:  # the Tencent SDK is an optional dependency (gpusched[tencent])
     from providers.emulators.tencent_cvm import TencentCvmEmulator
-    from providers.tencent import (
-        ClientFactory,
-        TencentConfig,
-        TencentProvider,
-        sdk_client_factory,
-    )
+    from providers.tencent.adapter import TencentProvider
+    from providers.tencent.client import ClientFactory, sdk_client_factory
+    from providers.tencent.config import TencentConfig
 except ImportError as missing:
     _SDK_MISSING: ImportError | None = missing
 else:

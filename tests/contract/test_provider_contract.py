@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Collection
 import pytest
 
 from providers.base import (
-    CAP_SPOT_STOP,
     TAG_JOB,
     TAG_MANAGED,
     AuthFailed,
+    Capability,
     Instance,
     InstanceRef,
     InstanceRequest,
@@ -185,6 +185,16 @@ def test_stock_out_gives_no_capacity_and_no_instance(harness: ProviderHarness, c
     assert harness.provider.instances(tags(harness)) == []
 
 
+@pytest.mark.parametrize("capacity", [Capacity.spot, Capacity.on_demand])
+def test_sold_out_is_data_in_offers_not_an_error(harness: ProviderHarness, capacity: Capacity) -> None:
+    offer = harness.offer()
+    harness.sell_out(offer, capacity)
+
+    offers = harness.provider.offers()
+
+    assert (offer.region, offer.zone, offer.instance_type) in {(o.region, o.zone, o.instance_type) for o in offers}
+
+
 def test_throttled_twice_then_success_through_call_with_retry(harness: ProviderHarness) -> None:
     req = request(harness, harness.offer(), Capacity.on_demand, "throttled", **{TAG_JOB: "throttled"})
     harness.fail_next("launch", Throttled("slow down", code="Throttling"), times=2)
@@ -250,7 +260,7 @@ def _running_spot(harness: ProviderHarness, purpose: str) -> InstanceRef:
 
 
 def test_stopping_spot_without_spot_stop_is_invalid_request(harness: ProviderHarness) -> None:
-    if CAP_SPOT_STOP in harness.provider.capabilities:
+    if Capability.spot_stop in harness.provider.capabilities:
         pytest.skip(f"{harness.provider.name} has spot_stop: its spot instances may stop")
     ref = _running_spot(harness, "spot-stop-refused")
 
@@ -262,7 +272,7 @@ def test_stopping_spot_without_spot_stop_is_invalid_request(harness: ProviderHar
 
 
 def test_stopping_spot_with_spot_stop_stops_it(harness: ProviderHarness) -> None:
-    if CAP_SPOT_STOP not in harness.provider.capabilities:
+    if Capability.spot_stop not in harness.provider.capabilities:
         pytest.skip(f"{harness.provider.name} lacks spot_stop: the refusal case covers it")
     ref = _running_spot(harness, "spot-stop-allowed")
 

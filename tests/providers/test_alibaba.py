@@ -23,13 +23,11 @@ pytest.importorskip("aliyunsdkcore", reason="the Alibaba Cloud SDK is an extra: 
 from aliyunsdkcore.acs_exception.exceptions import ClientException, ServerException
 from pydantic import SecretStr, ValidationError
 
-from providers.alibaba import (
-    PREEMPT_REASON,
-    AlibabaConfig,
-    AlibabaProvider,
-    make_client_factory,
-    translate_error,
-)
+from providers.alibaba.adapter import AlibabaProvider
+from providers.alibaba.client import make_client_factory
+from providers.alibaba.config import AlibabaConfig
+from providers.alibaba.errors import translate_error
+from providers.alibaba.wire import PREEMPT_REASON
 from providers.base import (
     TAG_JOB,
     TAG_MANAGED,

@@ -1,4 +1,4 @@
-"""providers.aws beyond the contract: error translation, launch parameters, prices, paging.
+"""The providers.aws package beyond the contract: error translation, launch parameters, prices, paging.
 
 The Provider contract itself runs in tests/contract/ (``-k aws``). Everything
 here goes through the real boto3 client over HTTP to the local moto server of
@@ -33,25 +33,17 @@ from botocore.exceptions import (
 )
 from botocore.parsers import ResponseParserError
 
-from providers.aws import (
-    SPOT_PRICE_SOURCE,
-    AwsConfig,
-    AwsProvider,
-    currency_for,
-    from_config,
-    latest_spot_prices,
-    make_ec2_client,
-    run_instances_params,
-    translate_error,
-)
+from providers.aws.adapter import AwsProvider, from_config
+from providers.aws.client import make_ec2_client
+from providers.aws.config import AwsConfig
+from providers.aws.errors import translate_error
+from providers.aws.prices import SPOT_PRICE_SOURCE, currency_for, latest_spot_prices
+from providers.aws.wire import run_instances_params
 from providers.base import (
-    CAP_LIVE_PRICES,
-    CAP_PREEMPTION_EVENTS,
-    CAP_SPOT_STOP,
-    CAP_STOP_CHARGING,
     TAG_JOB,
     TAG_MANAGED,
     AuthFailed,
+    Capability,
     InstanceRef,
     InstanceRequest,
     InstanceState,
@@ -502,8 +494,8 @@ def test_from_config_wires_a_working_provider(aws: AwsHarness) -> None:
     provider = from_config(aws.config, aws.clock, aws.catalog, shared_session())
 
     assert provider.name == "aws"
-    assert provider.capabilities == {CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS, CAP_LIVE_PRICES}
-    assert CAP_SPOT_STOP not in provider.capabilities
+    assert provider.capabilities == {Capability.stop_charging, Capability.preemption_events, Capability.live_prices}
+    assert Capability.spot_stop not in provider.capabilities
     launched = provider.launch(_request(aws, _catalog_offer(aws), Capacity.on_demand, "wired"))
     assert [i.ref for i in provider.instances({TAG_MANAGED: aws.cluster})] == [launched.ref]
 

@@ -13,10 +13,7 @@ from statistics import mean
 import pytest
 
 from providers.base import (
-    CAP_LIVE_PRICES,
-    CAP_PREEMPTION_EVENTS,
-    CAP_SPOT_STOP,
-    CAP_STOP_CHARGING,
+    Capability,
     InstanceRef,
     InstanceRequest,
     InstanceState,
@@ -41,6 +38,7 @@ from scheduler.models import Capacity, Offer, Price, Stock
 from scheduler.money import Money
 
 S = InstanceState
+C = Capability
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
 SPOT, OD = Capacity.spot, Capacity.on_demand
 
@@ -414,20 +412,6 @@ def test_stop_and_terminate_pass_through_observable_states_for_their_delays() ->
         S.pending, S.running, S.stopping, S.stopped, S.terminating, S.terminated]
 
 
-def test_billing_counts_running_stopping_and_terminating_only() -> None:
-    clock, cloud = make(boot_seconds=60, boot_jitter=0, stop_seconds=30, terminate_seconds=10)
-    iid = launch(cloud).instance_id
-    at(clock, 60 + 3600)
-    cloud.stop(iid)  # billed: 3600 running + 30 stopping
-    at(clock, 60 + 3600 + 7200)
-    cloud.start(iid)  # pending for 60 s, not billed
-    at(clock, 60 + 3600 + 7200 + 60 + 600)
-    cloud.terminate(iid)  # billed: 600 running + 10 terminating
-    clock.advance(timedelta(days=1))
-
-    assert cloud.billing_seconds(iid) == 3600 + 30 + 600 + 10
-
-
 @pytest.mark.parametrize(
     ("prepare", "operation", "code"),
     [
@@ -604,13 +588,13 @@ def test_duplicate_catalog_entries_are_refused() -> None:
 @pytest.mark.parametrize(
     ("cloud_name", "has", "lacks"),
     [
-        ("aws", {CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}, {CAP_SPOT_STOP}),
-        ("alibaba", {CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_PREEMPTION_EVENTS}, set()),
-        ("tencent", {CAP_STOP_CHARGING, CAP_PREEMPTION_EVENTS}, {CAP_SPOT_STOP}),
-        ("sandbox", {CAP_STOP_CHARGING, CAP_SPOT_STOP, CAP_LIVE_PRICES, CAP_PREEMPTION_EVENTS}, set()),
+        ("aws", {C.stop_charging, C.preemption_events}, {C.spot_stop}),
+        ("alibaba", {C.stop_charging, C.spot_stop, C.preemption_events}, set()),
+        ("tencent", {C.stop_charging, C.preemption_events}, {C.spot_stop}),
+        ("sandbox", {C.stop_charging, C.spot_stop, C.live_prices, C.preemption_events}, set()),
     ],
 )
-def test_capabilities_mirror_the_real_clouds(cloud_name: str, has: set[str], lacks: set[str]) -> None:
+def test_capabilities_mirror_the_real_clouds(cloud_name: str, has: set[Capability], lacks: set[Capability]) -> None:
     caps = capabilities_like(cloud_name)
     assert has <= caps and not (lacks & caps)
     assert SandboxProvider(make()[1], name=cloud_name).capabilities == caps
@@ -620,6 +604,15 @@ def test_capabilities_for_an_unknown_cloud_must_be_given() -> None:
     with pytest.raises(ValueError):
         capabilities_like("gcp")
     assert SandboxProvider(make()[1], name="gcp", capabilities=frozenset()).capabilities == frozenset()
+
+
+def test_capabilities_keep_their_strings_and_a_misspelt_one_fails_loudly() -> None:
+    assert sorted(C) == ["live_prices", "preemption_events", "spot_stop", "stop_charging"]  # as stored and logged
+    assert C("spot_stop") is C.spot_stop and f"{C.spot_stop}" == "spot_stop"
+    with pytest.raises(AttributeError):
+        C.spot_stops  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        SandboxProvider(make()[1], name="gcp", capabilities=frozenset({"spot_stops"}))  # type: ignore[arg-type]
 
 
 def test_the_provider_poses_as_its_cloud_and_serves_only_its_regions() -> None:

@@ -29,10 +29,10 @@ from tencentcloud.common.profile.client_profile import ClientProfile
 from tencentcloud.common.retry import StandardRetryer
 
 from providers.base import (
-    CAP_LIVE_PRICES,
     TAG_JOB,
     TAG_MANAGED,
     AuthFailed,
+    Capability,
     InstanceRef,
     InstanceRequest,
     InstanceState,
@@ -51,13 +51,10 @@ from providers.emulators.tencent_cvm import (
     string_to_sign,
     tc3_signature,
 )
-from providers.tencent import (
-    PREEMPT_REASON,
-    TencentConfig,
-    TencentProvider,
-    from_config,
-    translate_error,
-)
+from providers.tencent.adapter import TencentProvider, from_config
+from providers.tencent.config import TencentConfig
+from providers.tencent.errors import translate_error
+from providers.tencent.wire import PREEMPT_REASON
 from scheduler.clock import SimClock, SystemClock
 from scheduler.models import Capacity, Offer, Stock
 from tests.contract.harness_tencent import (
@@ -567,16 +564,6 @@ def test_live_offers_carry_the_clouds_prices_stock_and_gpu() -> None:
     assert offers["PNV4.7XLARGE116@ap-guangzhou-3"].gpu_mem_gib == 22.0
 
 
-@pytest.mark.parametrize("capacity", [Capacity.spot, Capacity.on_demand])
-def test_a_quote_is_the_price_offers_show(h: TencentHarness, capacity: Capacity) -> None:
-    offer = h.offer()
-
-    quoted = h.provider.quote(offer, capacity)
-
-    assert quoted.per_hour == offer.price(capacity).per_hour
-    assert "InquiryPriceRunInstances" in quoted.source
-
-
 def test_without_live_prices_the_bundled_catalog_serves_and_no_price_call_is_made() -> None:
     harness = TencentHarness(live_prices=False, record_requests=True)
     try:
@@ -588,7 +575,7 @@ def test_without_live_prices_the_bundled_catalog_serves_and_no_price_call_is_mad
     assert offers and {o.region for o in offers} == {"ap-shanghai"}
     assert all(o.provider == "tencent" and "intlcloud-documents" in o.on_demand.source for o in offers)
     assert "DescribeZoneInstanceConfigInfos" not in calls
-    assert CAP_LIVE_PRICES not in harness.provider.capabilities
+    assert Capability.live_prices not in harness.provider.capabilities
 
 
 # --- configuration -----------------------------------------------------------------------------
