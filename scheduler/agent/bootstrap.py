@@ -20,6 +20,9 @@ from scheduler.agent import tokens as agent_token
 
 # Installed on the instance; pin the same version the daemon runs.
 AGENT_PACKAGE = "gpusched"
+# The agent touches STARTED_MARK once it has its job; without it this long after boot, the machine stops.
+BOOT_BACKSTOP_MINUTES = 30
+STARTED_MARK = "/run/gpusched/agent-started"
 
 
 def render_user_data(
@@ -33,8 +36,14 @@ def render_user_data(
     resume_from: str | None = None,
     node_rank: int = 0,
     nodes: int = 1,
+    gpu: str | None = None,
+    gpu_count: int | None = None,
 ) -> str:
     """A ``#cloud-config`` document; ``max_hours`` bounds the machine's life (shutdown terminates it).
+
+    ``gpu`` and ``gpu_count`` are the machine's as the offer sells it (the agent picks the batch and
+    the device list from them). An agent that has not started ``BOOT_BACKSTOP_MINUTES`` after boot
+    never will: the machine then shuts itself down instead of idling until ``max_hours``.
 
     A node of a multi-node job also learns its rank and the node count (not secrets); a
     single machine's document is left exactly as it was (the agent defaults to rank 0 of 1).
@@ -49,6 +58,10 @@ def render_user_data(
     ]
     if resume_from:
         env_lines.append(f"GPUSCHED_AGENT_RESUME={resume_from}")
+    if gpu:
+        env_lines.append(f"GPUSCHED_AGENT_GPU={gpu}")
+    if gpu_count:
+        env_lines.append(f"GPUSCHED_AGENT_GPU_COUNT={gpu_count}")
     if nodes > 1:
         env_lines += [f"GPUSCHED_NODE_RANK={node_rank}", f"GPUSCHED_NODES={nodes}"]
     unit = "\n".join([
@@ -79,13 +92,17 @@ def render_user_data(
             ["systemctl", "enable", "--now", "gpusched-agent.service"],
             # Backstop: if nobody stops this machine, it stops itself (and the cloud terminates it).
             ["sh", "-c", f"shutdown -h +{minutes} {shlex.quote('gpusched: job time limit')}"],
+            # And sooner if the agent never comes up (a broken image, an install that failed).
+            ["sh", "-c", f"(sleep {BOOT_BACKSTOP_MINUTES * 60}; [ -e {STARTED_MARK} ] || "
+                         f"shutdown -h now {shlex.quote('gpusched: the agent never started')}) >/dev/null 2>&1 &"],
         ],
     }
     return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, width=1000)
 
 
 def user_data_for(api_url: str, api_token: str, job_id: str, attempt: int, now: datetime, est_hours: float,
-                  resume_from: str | None = None, node_rank: int = 0, nodes: int = 1) -> str:
+                  resume_from: str | None = None, node_rank: int = 0, nodes: int = 1,
+                  gpu: str | None = None, gpu_count: int | None = None) -> str:
     """User-data with a fresh agent token valid for three times the estimate (at least a day).
 
     Every node of a gang gets the same (job, attempt) token: it is scoped to the attempt, not the machine."""
@@ -93,4 +110,4 @@ def user_data_for(api_url: str, api_token: str, job_id: str, attempt: int, now: 
     token = agent_token.issue(agent_token.signing_key(api_token), job_id, attempt, now, ttl)
     return render_user_data(api_url=api_url, job_id=job_id, attempt=attempt, token=token,
                             max_hours=ttl.total_seconds() / 3600, resume_from=resume_from,
-                            node_rank=node_rank, nodes=nodes)
+                            node_rank=node_rank, nodes=nodes, gpu=gpu, gpu_count=gpu_count)

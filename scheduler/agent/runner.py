@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from scheduler.agent.bootstrap import STARTED_MARK
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import SettingsError
 from scheduler.jobs import infer_shards, yolo
@@ -45,6 +46,11 @@ class AgentConfig:
     attempt: int
     token: str
     workdir: str = "/opt/gpusched/work"
+    # The YOLOv9 checkout the job's scripts run in (the official image keeps it at /root/yolov9), and the
+    # Python that runs them (the image's own, with torch; never the agent's virtual environment).
+    yolov9_dir: str = "/root/yolov9"
+    python: str = yolo.PYTHON
+    started_mark: str | None = None  # touched once the job is known: the boot backstop stands down
     gpu: str = "A10"
     gpu_count: int = 1
     poll_seconds: float = 30.0
@@ -62,6 +68,9 @@ class AgentConfig:
         return cls(api=env["GPUSCHED_AGENT_API"], job_id=env["GPUSCHED_AGENT_JOB"],
                    attempt=int(env["GPUSCHED_AGENT_ATTEMPT"]), token=env["GPUSCHED_AGENT_TOKEN"],
                    workdir=env.get("GPUSCHED_AGENT_WORKDIR", cls.workdir),
+                   yolov9_dir=env.get("GPUSCHED_AGENT_YOLOV9_DIR", cls.yolov9_dir),
+                   python=env.get("GPUSCHED_AGENT_PYTHON", cls.python),
+                   started_mark=env.get("GPUSCHED_AGENT_STARTED_MARK", STARTED_MARK),
                    gpu=env.get("GPUSCHED_AGENT_GPU", cls.gpu),
                    gpu_count=int(env.get("GPUSCHED_AGENT_GPU_COUNT", cls.gpu_count)),
                    node_rank=int(env.get("GPUSCHED_NODE_RANK", cls.node_rank)),
@@ -171,12 +180,21 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
     uploaded, and only then reported: the daemon's resume point is always a checkpoint that exists.
     """
     clock = clock or SystemClock()
-    launch = launch or (lambda argv: subprocess.Popen(list(argv), cwd=cfg.workdir))
     auth = {"Authorization": f"Bearer {cfg.token}"}
     job = http.get(f"{cfg.api}/v1/agent/job", headers=auth)
     job.raise_for_status()
     body = job.json()
     spec = JobSpec.model_validate(body["spec"])
+    if cfg.started_mark:
+        mark_started(cfg.started_mark)
+    log_path = Path(cfg.workdir) / "logs" / f"{spec.name}-a{cfg.attempt}.log"
+    if launch is None:
+        problem = machine_problem(cfg)
+        if problem:
+            if cfg.node_rank == 0:
+                _report_exit(cfg, http, auth, False, problem)
+            return False
+        launch = job_launcher(cfg, log_path)
     if spec.kind is Kind.infer:
         ok, message = run_infer_shards(spec, cfg, http, auth, int(body.get("epochs_done") or 0), clock=clock,
                                        launch=launch, copy_tree=copy_tree)
@@ -214,9 +232,80 @@ def run_agent(cfg: AgentConfig, http: httpx.Client, *, clock: Clock | None = Non
             break
         clock.sleep(cfg.poll_seconds)
     ok = proc.returncode == 0
+    message = "" if ok else failure_message(proc.returncode, log_path)
+    if ok and spec.kind is Kind.export:
+        missing = [fmt for fmt, path in yolo.export_outputs(spec, cfg.workdir).items() if not Path(path).exists()]
+        if missing:
+            # export.py exits 0 even when every format failed: the files are the proof, not the status.
+            ok, message = False, f"export wrote no {', '.join(missing)} file{'s' if len(missing) > 1 else ''}; " \
+                                 + failure_message(0, log_path)
     if speaks:
-        _report_exit(cfg, http, auth, ok, "" if ok else f"exit status {proc.returncode}")
+        _report_exit(cfg, http, auth, ok, message)
     return ok
+
+
+def mark_started(path: str) -> None:
+    """Tell the boot backstop (``bootstrap``) that the agent is up; best effort: it only stops a machine."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).touch()
+    except OSError:
+        pass
+
+
+def machine_problem(cfg: AgentConfig) -> str | None:
+    """Why this machine cannot run a job at all (reported as the attempt's failure), or None.
+
+    Creates the work directory: nothing else on a fresh machine does."""
+    try:
+        Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the work directory {cfg.workdir}: {exc.strerror or exc}"
+    if not Path(cfg.yolov9_dir, "train_dual.py").is_file():
+        return (f"no YOLOv9 checkout at {cfg.yolov9_dir} (train_dual.py missing): the image must carry it, "
+                "or set GPUSCHED_AGENT_YOLOV9_DIR")
+    return None
+
+
+def job_launcher(cfg: AgentConfig, log_path: Path) -> Callable[[Sequence[str]], subprocess.Popen]:
+    """Start a job command in the YOLOv9 checkout with the image's Python; its output goes to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def launch(argv: Sequence[str]) -> subprocess.Popen:
+        argv = [cfg.python, *argv[1:]] if argv and argv[0] == yolo.PYTHON else list(argv)
+        with open(log_path, "ab") as out:  # the child keeps its own descriptor
+            return subprocess.Popen(argv, cwd=cfg.yolov9_dir, stdout=out, stderr=subprocess.STDOUT,
+                                    env=job_environment(cfg))
+    return launch
+
+
+def job_environment(cfg: AgentConfig) -> dict[str, str]:
+    """The job's environment: the machine's, plus what the official scripts need to run unattended.
+
+    PyTorch >= 2.6 loads checkpoints with ``weights_only`` and refuses YOLOv9's own (every ``--resume``
+    and the end-of-training validation fail): the checkpoints are ours, so the old behaviour is safe.
+    YOLOv9 downloads a font on first use unless its config folder has one; the folder is kept in the
+    work directory so that an image's copy (``YOLOV5_CONFIG_DIR``) wins when it sets one."""
+    env = dict(os.environ)
+    env.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    env.setdefault("YOLOV5_CONFIG_DIR", str(Path(cfg.workdir) / "yolo-config"))
+    env.pop("GPUSCHED_AGENT_TOKEN", None)  # the job's code never needs the agent's token
+    return env
+
+
+LOG_TAIL_LINES = 15
+MESSAGE_TAIL_CHARS = 1500  # the API takes a finish message of at most 2,000 characters
+
+
+def failure_message(returncode: int, log_path: Path) -> str:
+    """``exit status N`` and the last lines of the job's output: what a user needs to see why."""
+    head = f"exit status {returncode}"
+    try:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return head
+    tail = "\n".join(lines[-LOG_TAIL_LINES:])[-MESSAGE_TAIL_CHARS:]
+    return f"{head}; the job's last output:\n{tail}" if tail else head
 
 
 def _report_exit(cfg: AgentConfig, http: httpx.Client, auth: dict[str, str], ok: bool, message: str) -> None:

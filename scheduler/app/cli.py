@@ -205,8 +205,10 @@ def agent() -> None:
     cfg = AgentConfig.from_env()
     _setup_logging(_settings(), daemon=True)
     with httpx.Client(timeout=30) as http:
-        ok = run_agent(cfg, http)
-    raise typer.Exit(0 if ok else 1)
+        run_agent(cfg, http)
+    # The attempt's outcome, failed or not, is reported: exit 0, so that the service manager's
+    # Restart=on-failure restarts only an agent that crashed, never re-runs a failed job.
+    raise typer.Exit(0)
 
 
 @app.command()

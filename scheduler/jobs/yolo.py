@@ -49,9 +49,10 @@ __all__ = [
     "infer_output_dir",
     "source_dir",
     "local_weights",
+    "export_outputs",
 ]
 
-PYTHON = "python"
+PYTHON = "python3"  # Debian 12 and the official images have python3; the agent may name another
 MASTER_PORT = 9527
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # results.csv columns (names are right-aligned to 20 characters in the file).
@@ -324,6 +325,22 @@ def export_command(spec: JobSpec, *, workdir: str) -> list[str]:
 
 
 # --- outputs ------------------------------------------------------------------------
+
+# What export.py writes for each format, next to the weights: a file, or a folder (ending in "/").
+_EXPORT_OUTPUTS = {
+    "torchscript": ".torchscript", "onnx": ".onnx", "openvino": "_openvino_model/", "engine": ".engine",
+    "coreml": ".mlmodel", "saved_model": "_saved_model/", "pb": ".pb", "tflite": "-fp16.tflite",
+}
+
+
+def export_outputs(spec: JobSpec, workdir: str) -> dict[str, str]:
+    """Format -> the path export.py writes it to (a folder's path ends in "/"). export.py exits 0 even
+    when a format failed, so these paths, not its exit status, say what was exported."""
+    if spec.kind is not Kind.export or spec.export is None:
+        raise ValueError("export_outputs needs an export job")
+    stem = local_weights(spec.export.weights, workdir).removesuffix(".pt")
+    return {fmt: stem + _EXPORT_OUTPUTS[fmt] for fmt in spec.export.formats}
+
 
 
 def parse_results_csv(text: str) -> list[EpochResult]:

@@ -381,7 +381,7 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
             break  # refused: the gang was given up; uncertain: the next tick re-issues the rest
 
 
-def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow, node: int = 0) -> str:
+def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow, offer: Offer, node: int = 0) -> str:
     """Bootstrap for the on-instance agent. Issued as of the attempt's creation, so a
     re-issued launch sends byte-identical parameters (clouds reject a reused client
     token with different ones). Without an API token (demo, tests) there is no agent API.
@@ -392,7 +392,7 @@ def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow, node: int = 0
     return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), job.id,
                          attempt.number, utc(attempt.created_at), attempt.est_hours or 1.0,
                          resume_from=job.checkpoint_uri if attempt.start_epoch else None,
-                         node_rank=node, nodes=gang.nodes_of(job))
+                         node_rank=node, nodes=gang.nodes_of(job), gpu=offer.gpu, gpu_count=offer.gpu_count)
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
@@ -425,7 +425,7 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
                 TAG_TEAM: job.team,
             },
             name=f"gpusched-{job.name}-a{attempt.number}{f'-n{node}' if node else ''}"[:63],
-            user_data=_user_data(ctx, job, attempt, node),
+            user_data=_user_data(ctx, job, attempt, offer, node),
         )
     provider = ctx.providers[row.provider]
     try:

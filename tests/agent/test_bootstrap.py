@@ -57,3 +57,31 @@ def test_agent_token_is_scoped_to_its_job_and_attempt_and_expires():
         agent_token.verify(key, f"{forged}.{sig}", NOW)
     with pytest.raises(AgentTokenError, match="malformed"):
         agent_token.verify(key, "not-a-token", NOW)
+
+
+def test_user_data_tells_the_agent_its_gpus_and_the_agent_reads_them():
+    from scheduler.agent.runner import AgentConfig
+
+    doc = yaml.safe_load(render(gpu="A100-80G", gpu_count=8))
+    env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
+    values = dict(line.split("=", 1) for line in env.splitlines())
+    cfg = AgentConfig.from_env(values)
+    assert (cfg.gpu, cfg.gpu_count) == ("A100-80G", 8)
+
+
+def test_a_machine_whose_agent_never_starts_stops_itself_within_half_an_hour(tmp_path):
+    import subprocess
+
+    from scheduler.agent.bootstrap import BOOT_BACKSTOP_MINUTES, STARTED_MARK
+
+    doc = yaml.safe_load(render())
+    backstop = next(cmd[2] for cmd in doc["runcmd"] if "never started" in " ".join(cmd))
+    assert BOOT_BACKSTOP_MINUTES <= 30 and f"sleep {BOOT_BACKSTOP_MINUTES * 60};" in backstop
+    # Run the check itself (without the sleep, with a stand-in shutdown): it fires only without the mark.
+    check = backstop.split(";", 1)[1].rsplit(")", 1)[0].replace("shutdown", "echo SHUTDOWN")
+    for started in (False, True):
+        mark = tmp_path / "agent-started"
+        if started:
+            mark.touch()
+        out = subprocess.run(["sh", "-c", check.replace(STARTED_MARK, str(mark))], capture_output=True, text=True)
+        assert ("SHUTDOWN" in out.stdout) is (not started)

@@ -36,7 +36,7 @@ def train_spec(model: str = "yolov9-s", **train: object) -> JobSpec:
 def test_single_gpu_training() -> None:
     argv = train_command(train_spec(), physical_batch=16, gpu_count=1, run_name="job-7", workdir=W)
     assert argv == [
-        "python", "train_dual.py",
+        "python3", "train_dual.py",
         "--workers", "8", "--device", "0", "--batch", "16",
         "--data", f"{W}/data/data.yaml", "--img", "640",
         "--cfg", "models/detect/yolov9-s.yaml", "--weights", f"{W}/weights/yolov9-s.pt",
@@ -48,7 +48,7 @@ def test_single_gpu_training() -> None:
 
 def test_multi_gpu_training_uses_the_launcher_and_total_batch() -> None:
     argv = train_command(train_spec(), physical_batch=16, gpu_count=4, run_name="job-7", workdir=W + "/")
-    launcher = ["python", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "4",
+    launcher = ["python3", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "4",
                 "--master_port", "9527", "train_dual.py"]
     assert argv[: len(launcher)] == launcher
     assert argv[argv.index("--device") + 1] == "0,1,2,3"
@@ -60,7 +60,7 @@ def test_multi_gpu_training_uses_the_launcher_and_total_batch() -> None:
 def test_multi_node_training_names_the_master() -> None:
     argv = train_command(train_spec(), physical_batch=8, gpu_count=8, run_name="r", workdir=W,
                          nnodes=2, node_rank=1, master_addr="10.0.0.5")
-    assert argv[:13] == ["python", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "8",
+    assert argv[:13] == ["python3", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "8",
                          "--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.5", "--master_port"]
     assert argv[argv.index("--batch") + 1] == "64"  # 8 x 8 x 2 = 128, capped at the job's batch of 64
 
@@ -96,9 +96,9 @@ def test_total_batch(job_batch: int, physical: int, gpus: int, nodes: int, expec
     ("resume_from", "gpus", "expected"),
     [
         (f"{W}/runs/train/job-7/weights", 1,
-         ["python", "train_dual.py", "--resume", f"{W}/runs/train/job-7/weights/last.pt"]),
+         ["python3", "train_dual.py", "--resume", f"{W}/runs/train/job-7/weights/last.pt"]),
         (f"{W}/runs/train/job-7/weights/last.pt", 2,
-         ["python", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "2", "--master_port", "9527",
+         ["python3", "-m", "torch.distributed.launch", "--use_env", "--nproc_per_node", "2", "--master_port", "9527",
           "train_dual.py", "--resume", f"{W}/runs/train/job-7/weights/last.pt"]),
     ],
 )
@@ -177,7 +177,7 @@ def infer_spec(model: str = "yolov9-s", weights: str = "s3://traffic-models/cams
 
 def test_infer_command() -> None:
     assert infer_command(infer_spec(), run_name="job-9", workdir=W) == [
-        "python", "detect_dual.py",
+        "python3", "detect_dual.py",
         "--weights", f"{W}/weights/best.pt", "--source", f"{W}/source",
         "--imgsz", "640", "--conf-thres", "0.3", "--iou-thres", "0.45", "--device", "0",
         "--save-txt", "--save-conf", "--nosave",
@@ -215,7 +215,7 @@ def test_val_command() -> None:
     spec = JobSpec(name="v", team="vision-qa", kind=Kind.val, model="yolov9-s", data=DATA,
                    val=ValSpec(weights="s3://m/helmet/best.pt", batch=16))
     assert val_command(spec, run_name="job-3", workdir=W) == [
-        "python", "val_dual.py",
+        "python3", "val_dual.py",
         "--data", f"{W}/data/data.yaml", "--weights", f"{W}/weights/best.pt",
         "--batch-size", "16", "--imgsz", "640", "--task", "val", "--save-json", "--device", "0",
         "--project", f"{W}/runs/val", "--name", "job-3", "--exist-ok",
@@ -239,7 +239,7 @@ def export_spec(**export: object) -> JobSpec:
 )
 def test_export_command(options: dict[str, object], tail: list[str]) -> None:
     argv = export_command(export_spec(**options), workdir=W)
-    assert argv == ["python", "export.py", "--weights", f"{W}/weights/best.pt", "--imgsz", "640", "640", *tail]
+    assert argv == ["python3", "export.py", "--weights", f"{W}/weights/best.pt", "--imgsz", "640", "640", *tail]
     assert argv.count("--include") == 1
 
 

@@ -1,0 +1,133 @@
+"""The agent on a fresh machine: it makes its work directory, runs the job's scripts in the YOLOv9
+checkout with the image's Python, keeps the job's output, and says why a job failed."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from scheduler.agent import tokens as agent_token
+from scheduler.agent.runner import (
+    MESSAGE_TAIL_CHARS,
+    AgentConfig,
+    failure_message,
+    job_environment,
+    run_agent,
+)
+from scheduler.app.api import create_app
+from scheduler.jobs import yolo
+from scheduler.jobs.jobfile import load_job_file
+from scheduler.settings import Settings
+from scheduler.store.tables import AttemptRow, JobRow
+
+TOKEN = "agent-machine-test-api-token-0123"
+ROOT = Path(__file__).resolve().parents[2]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _running(store, clock, example: str) -> tuple[str, TestClient, str]:
+    """A job from examples/ with attempt 1 running, the daemon's API, and that attempt's agent token."""
+    from scheduler.lifecycle import service
+
+    spec = load_job_file(ROOT / "examples" / example)
+    job = service.submit(store, clock, spec, source=example)
+    with store.session() as s:
+        row = s.get(JobRow, job.id)
+        row.state, row.attempt = "running", 1
+        s.add(AttemptRow(job_id=job.id, number=1, state="running", client_token=f"gs-{job.id}-a1",
+                         provider="aws", region="us-east-1", zone="us-east-1a", instance_type="g4dn.xlarge",
+                         capacity="on-demand", start_epoch=0, created_at=clock.now(), started_at=clock.now()))
+    http = TestClient(create_app(store, clock, Settings(_env_file=None, api_token=TOKEN)))
+    token = agent_token.issue(agent_token.signing_key(TOKEN), job.id, 1, clock.now(), timedelta(hours=2))
+    return job.id, http, token
+
+
+def _fake_yolov9(folder: Path, export_py: str) -> Path:
+    """A stand-in checkout: the scripts the agent looks for, export.py doing what ``export_py`` says."""
+    folder.mkdir(parents=True)
+    (folder / "train_dual.py").write_text("")
+    (folder / "export.py").write_text(export_py)
+    return folder
+
+
+def test_a_fresh_machine_without_yolov9_fails_the_attempt_with_the_fix(store, sim_clock, tmp_path):
+    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
+    workdir = tmp_path / "opt" / "gpusched" / "work"  # nothing creates it but the agent
+    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(workdir),
+                      yolov9_dir=str(tmp_path / "no-such-checkout"), poll_seconds=0.01)
+    assert run_agent(cfg, http) is False
+    assert workdir.is_dir()
+    detail = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+    assert detail["state"] == "failed"
+    assert "no YOLOv9 checkout" in detail["reason"] and "GPUSCHED_AGENT_YOLOV9_DIR" in detail["reason"]
+
+
+def test_the_job_runs_in_the_checkout_with_the_image_python_and_an_export_that_wrote_nothing_fails(
+        store, sim_clock, tmp_path):
+    # export.py exits 0 after every format failed (measured on the real script): the agent must not believe it.
+    checkout = _fake_yolov9(tmp_path / "yolov9", (
+        "import os, sys\n"
+        "print('cwd', os.getcwd())\n"
+        "print('weights_only_off', os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'))\n"
+        "print('token_seen', 'GPUSCHED_AGENT_TOKEN' in os.environ)\n"
+        "print('ONNX: export failure: No module named onnxscript')\n"
+    ))
+    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
+    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(tmp_path / "w"),
+                      yolov9_dir=str(checkout), python=sys.executable, poll_seconds=0.01)
+    assert run_agent(cfg, http) is False
+    reason = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["reason"]
+    assert "export wrote no onnx, engine files" in reason
+    assert "No module named onnxscript" in reason  # the job's own output says why
+    log = (tmp_path / "w" / "logs" / "helmet-s-v3-export-a1.log").read_text()
+    assert f"cwd {checkout}" in log and "weights_only_off 1" in log and "token_seen False" in log
+
+
+def test_an_export_that_wrote_every_format_succeeds(store, sim_clock, tmp_path):
+    spec = load_job_file(ROOT / "examples" / "helmet-export.yaml")
+    outputs = yolo.export_outputs(spec, str(tmp_path / "w"))
+    assert sorted(outputs) == ["engine", "onnx"] and outputs["onnx"].endswith("/weights/best.onnx")
+    writes = "".join(f"open({p!r}, 'w').write('model')\n" for p in outputs.values())
+    checkout = _fake_yolov9(tmp_path / "yolov9", f"import os\nos.makedirs({str(tmp_path / 'w' / 'weights')!r}, "
+                                                 f"exist_ok=True)\n{writes}")
+    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
+    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(tmp_path / "w"),
+                      yolov9_dir=str(checkout), python=sys.executable, poll_seconds=0.01)
+    assert run_agent(cfg, http) is True
+    assert http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["state"] == "succeeded"
+
+
+def test_a_failure_message_is_the_status_and_the_end_of_the_output_within_the_api_limit(tmp_path):
+    log = tmp_path / "job.log"
+    assert failure_message(2, log) == "exit status 2"  # no output at all
+    log.write_text("\n".join(f"line {i} " + "x" * 300 for i in range(40)) + "\n\n")
+    message = failure_message(2, log)
+    assert message.startswith("exit status 2; the job's last output:")
+    assert message.endswith("line 39 " + "x" * 300)
+    assert len(message) <= MESSAGE_TAIL_CHARS + 100 < 2000
+
+
+def test_the_job_environment_keeps_the_machine_and_drops_the_agent_token(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPUSCHED_AGENT_TOKEN", "secret")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("YOLOV5_CONFIG_DIR", raising=False)
+    cfg = AgentConfig(api="http://x", job_id="j", attempt=1, token="secret", workdir=str(tmp_path))
+    env = job_environment(cfg)
+    assert "GPUSCHED_AGENT_TOKEN" not in env and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["YOLOV5_CONFIG_DIR"] == str(tmp_path / "yolo-config")
+    monkeypatch.setenv("YOLOV5_CONFIG_DIR", "/image/fonts")  # the image's own wins
+    assert job_environment(cfg)["YOLOV5_CONFIG_DIR"] == "/image/fonts"
+
+
+@pytest.mark.parametrize("value, python", [(None, "python3"), ("/opt/conda/bin/python", "/opt/conda/bin/python")])
+def test_the_agent_reads_its_machine_settings(value, python):
+    env = {"GPUSCHED_AGENT_API": "http://d", "GPUSCHED_AGENT_JOB": "j", "GPUSCHED_AGENT_ATTEMPT": "2",
+           "GPUSCHED_AGENT_TOKEN": "t", "GPUSCHED_AGENT_YOLOV9_DIR": "/srv/yolov9"}
+    if value:
+        env["GPUSCHED_AGENT_PYTHON"] = value
+    cfg = AgentConfig.from_env(env)
+    assert cfg.python == python and cfg.yolov9_dir == "/srv/yolov9" and cfg.attempt == 2
