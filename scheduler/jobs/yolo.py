@@ -50,6 +50,8 @@ __all__ = [
     "source_dir",
     "local_weights",
     "export_outputs",
+    "ran_out_of_memory",
+    "halved_batch",
 ]
 
 PYTHON = "python3"  # Debian 12 and the official images have python3; the agent may name another
@@ -230,6 +232,28 @@ def _replace_opt(text: str, key: str, value: str) -> str:
             fix="resume needs the opt.yaml YOLOv9 wrote next to weights/; restart the run from its last.pt",
         )
     return pattern.sub(f"{key}: {value}", text, count=1)
+
+
+# CUDA's and PyTorch's words for "the batch did not fit": torch.cuda.OutOfMemoryError's message, the
+# older RuntimeError's, and cuBLAS failing to allocate its workspace under the same pressure.
+_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def ran_out_of_memory(output: str) -> bool:
+    """Did a run fail because its batch did not fit in GPU memory? (Read from the end of its output.)"""
+    return _OUT_OF_MEMORY.search(output) is not None
+
+
+def halved_batch(total: int, gpu_count: int) -> int | None:
+    """The --batch to retry with after running out of memory: half, still a multiple of the GPU count
+    (DDP splits it evenly); None when one image per GPU did not fit either. YOLOv9 accumulates
+    gradients to a nominal batch of 64, so the effective batch stays what the job asked for."""
+    if gpu_count < 1 or total < 1:
+        raise ValueError("total and gpu_count must be at least 1")
+    per_gpu = total // gpu_count
+    if per_gpu <= 1:
+        return None
+    return (per_gpu // 2) * gpu_count
 
 
 # --- inference, validation, export ------------------------------------------------

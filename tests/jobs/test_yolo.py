@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from scheduler.errors import GpuschedError, UserError
+from scheduler.jobs import yolo
 from scheduler.jobs.yolo import (
     EpochResult,
     checkpoint_path,
@@ -314,3 +315,21 @@ def test_parse_results_csv_refuses_a_broken_file(text: str) -> None:
 
 def test_parse_results_csv_of_an_empty_file() -> None:
     assert parse_results_csv("") == [] and parse_results_csv(header()) == []
+
+
+@pytest.mark.parametrize("output, oom", [
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2 GiB (GPU 0; 22 GiB total)", True),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB", True),
+    ("RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported", True),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("FileNotFoundError: Dataset not found, missing paths", False),
+    ("RuntimeError: DataLoader worker (pid 42) is killed by signal: Killed.", False),  # host RAM, not the GPU
+])
+def test_out_of_memory_is_read_from_the_output(output, oom):
+    assert yolo.ran_out_of_memory(output) is oom
+
+
+@pytest.mark.parametrize("total, gpus, halved", [(64, 1, 32), (3, 1, 1), (2, 1, 1), (1, 1, None),
+                                                  (64, 4, 32), (12, 4, 4), (8, 8, None), (24, 8, 8)])
+def test_a_halved_batch_stays_a_multiple_of_the_gpu_count(total, gpus, halved):
+    assert yolo.halved_batch(total, gpus) == halved
