@@ -51,6 +51,7 @@ __all__ = [
     "local_weights",
     "export_outputs",
     "ran_out_of_memory",
+    "parse_val_metrics",
     "halved_batch",
 ]
 
@@ -123,10 +124,11 @@ def staged_inputs(spec: JobSpec, workdir: str) -> list[tuple[str, str]]:
 
 
 def device_list(gpu_count: int) -> str:
-    """``4`` -> ``"0,1,2,3"``: the --device value for the GPUs of one machine."""
-    if gpu_count < 1:
-        raise ValueError("gpu_count must be at least 1")
-    return ",".join(str(i) for i in range(gpu_count))
+    """``4`` -> ``"0,1,2,3"``: the --device value for the GPUs of one machine; ``0`` -> ``"cpu"`` (a machine
+    without a GPU: the real-YOLOv9 test tier; YOLOv9 refuses ``--device 0`` without CUDA)."""
+    if gpu_count < 0:
+        raise ValueError("gpu_count must be at least 0")
+    return ",".join(str(i) for i in range(gpu_count)) or "cpu"
 
 
 def total_batch(spec: JobSpec, *, physical_batch: int, gpu_count: int, nnodes: int = 1) -> int:
@@ -175,9 +177,12 @@ def train_command(
         raise ValueError(f"train_command needs a train job, not {spec.kind.value}")
     if workers < 0:
         raise ValueError("workers must be >= 0")
-    world = _world(gpu_count, nnodes)
+    if gpu_count == 0 and nnodes > 1:
+        raise ValueError("a run on the CPU (gpu_count 0) is one process on one machine")
+    processes = max(gpu_count, 1)  # the CPU runs as one process, like one GPU
+    world = _world(processes, nnodes)
     script = "train_dual.py" if spec.model.startswith("yolov9-") else "train.py"
-    argv = _launcher(gpu_count, nnodes, node_rank, master_addr) + [script]
+    argv = _launcher(processes, nnodes, node_rank, master_addr) + [script]
     if resume_from is not None:
         checkpoint = resume_from if resume_from.endswith(".pt") else posixpath.join(resume_from, "last.pt")
         return argv + ["--resume", checkpoint]
@@ -185,7 +190,7 @@ def train_command(
     argv += [
         "--workers", str(workers),
         "--device", device_list(gpu_count),
-        "--batch", str(total_batch(spec, physical_batch=physical_batch, gpu_count=gpu_count, nnodes=nnodes)),
+        "--batch", str(total_batch(spec, physical_batch=physical_batch, gpu_count=processes, nnodes=nnodes)),
         "--data", data_yaml_path(workdir),
         "--img", str(train.img_size),
         "--cfg", f"models/detect/{spec.model}.yaml",
@@ -218,8 +223,8 @@ def resume_opt_patch(opt_yaml_text: str, batch: int, *, device: str | None = Non
         raise ValueError("batch must be at least 1")
     text = _replace_opt(opt_yaml_text, "batch_size", str(batch))
     if device is not None:
-        if not re.fullmatch(r"\d+(,\d+)*", device):
-            raise ValueError(f"device must look like '0' or '0,1,2,3', not {device!r}")
+        if not re.fullmatch(r"\d+(,\d+)*|cpu", device):
+            raise ValueError(f"device must look like '0', '0,1,2,3' or 'cpu', not {device!r}")
         text = _replace_opt(text, "device", f"'{device}'")
     return text
 
@@ -237,6 +242,33 @@ def _replace_opt(text: str, key: str, value: str) -> str:
 # CUDA's and PyTorch's words for "the batch did not fit": torch.cuda.OutOfMemoryError's message, the
 # older RuntimeError's, and cuBLAS failing to allocate its workspace under the same pressure.
 _OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
+
+
+class ValMetrics(Frozen):
+    """The ``all`` row val.py prints: every class together."""
+
+    images: int
+    instances: int
+    precision: float
+    recall: float
+    map50: float
+    map50_95: float
+
+
+_VAL_ALL = re.compile(r"^\s*all\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.MULTILINE)
+
+
+def parse_val_metrics(output: str) -> ValMetrics | None:
+    """The last ``all`` row of val.py's output (the script prints it once; a log may hold retries)."""
+    rows = _VAL_ALL.findall(output)
+    if not rows:
+        return None
+    images, instances, p, r, m50, m = rows[-1]
+    try:
+        return ValMetrics(images=int(images), instances=int(instances), precision=float(p), recall=float(r),
+                          map50=float(m50), map50_95=float(m))
+    except ValueError:
+        return None
 
 
 def ran_out_of_memory(output: str) -> bool:
@@ -260,7 +292,7 @@ def halved_batch(total: int, gpu_count: int) -> int | None:
 
 
 def infer_command(spec: JobSpec, *, run_name: str, workdir: str, source: str | None = None,
-                  shard: str | None = None) -> list[str]:
+                  shard: str | None = None, gpu_count: int = 1) -> list[str]:
     """Detection over ``source`` (default ``<workdir>/source``) writing labels/<image>.txt (class, box,
     confidence) under ``infer_output_dir``, or under ``<that>/<shard>`` for one shard (``infer_shards``).
 
@@ -278,7 +310,7 @@ def infer_command(spec: JobSpec, *, run_name: str, workdir: str, source: str | N
         "--imgsz", str(infer.img_size),
         "--conf-thres", str(infer.conf),
         "--iou-thres", str(infer.iou),
-        "--device", "0",
+        "--device", device_list(min(gpu_count, 1)),  # detect.py runs one process: one GPU
         "--save-txt",
         "--save-conf",
         "--nosave",
@@ -300,7 +332,9 @@ def pre_infer_cleanup(output_dir: str) -> list[str]:
     return ["rm", "-rf", "--", posixpath.join(clean, "labels")]
 
 
-def val_command(spec: JobSpec, *, run_name: str, workdir: str) -> list[str]:
+def val_command(spec: JobSpec, *, run_name: str, workdir: str, gpu_count: int = 1) -> list[str]:
+    """val.py's metrics (P, R, mAP) are read from its output (``parse_val_metrics``). No --save-json: that
+    is COCO's own evaluation, which pip-installs pycocotools at run time and wants COCO's annotations."""
     if spec.kind is not Kind.val or spec.val is None:
         raise ValueError("val_command needs a val job with a val: section")
     val = spec.val
@@ -312,15 +346,14 @@ def val_command(spec: JobSpec, *, run_name: str, workdir: str) -> list[str]:
         "--batch-size", str(val.batch),
         "--imgsz", str(val.img_size),
         "--task", "val",
-        "--save-json",
-        "--device", "0",
+        "--device", device_list(min(gpu_count, 1)),
         "--project", posixpath.dirname(run_dir(workdir, "val", run_name)),
         "--name", _name(run_name),
         "--exist-ok",
     ]
 
 
-def export_command(spec: JobSpec, *, workdir: str) -> list[str]:
+def export_command(spec: JobSpec, *, workdir: str, gpu_count: int = 1) -> list[str]:
     """export.py writes each format next to the weights file, under ``<workdir>/weights/``."""
     if spec.kind is not Kind.export or spec.export is None:
         raise ValueError("export_command needs an export job with an export: section")
@@ -339,7 +372,7 @@ def export_command(spec: JobSpec, *, workdir: str) -> list[str]:
         # of repeated --include options.
         "--include", *export.formats,
         # export.py defaults to the CPU, where --half and engine are refused.
-        "--device", "0",
+        "--device", device_list(min(gpu_count, 1)),
     ]
     if export.half:
         argv.append("--half")

@@ -218,7 +218,7 @@ def test_val_command() -> None:
     assert val_command(spec, run_name="job-3", workdir=W) == [
         "python3", "val_dual.py",
         "--data", f"{W}/data/data.yaml", "--weights", f"{W}/weights/best.pt",
-        "--batch-size", "16", "--imgsz", "640", "--task", "val", "--save-json", "--device", "0",
+        "--batch-size", "16", "--imgsz", "640", "--task", "val", "--device", "0",
         "--project", f"{W}/runs/val", "--name", "job-3", "--exist-ok",
     ]
 
@@ -333,3 +333,28 @@ def test_out_of_memory_is_read_from_the_output(output, oom):
                                                   (64, 4, 32), (12, 4, 4), (8, 8, None), (24, 8, 8)])
 def test_a_halved_batch_stays_a_multiple_of_the_gpu_count(total, gpus, halved):
     assert yolo.halved_batch(total, gpus) == halved
+
+
+def test_a_machine_without_a_gpu_runs_every_script_on_the_cpu() -> None:
+    assert yolo.device_list(0) == "cpu" and yolo.device_list(2) == "0,1"
+    val = JobSpec(name="v", team="vision-qa", kind=Kind.val, model="yolov9-s", data=DATA,
+                  val=ValSpec(weights="s3://m/helmet/best.pt", batch=16))
+    assert val_command(val, run_name="j", workdir=W, gpu_count=0)[-7:-5] == ["--device", "cpu"]
+    assert val_command(val, run_name="j", workdir=W, gpu_count=4)[-7:-5] == ["--device", "0"]  # one process
+    exported = export_command(export_spec(formats=("onnx",)), workdir=W, gpu_count=0)
+    assert exported[-2:] == ["--device", "cpu"]
+    assert resume_opt_patch("batch_size: 16\ndevice: '0'\n", 4, device="cpu") == "batch_size: 4\ndevice: 'cpu'\n"
+    with pytest.raises(ValueError):
+        yolo.device_list(-1)
+
+
+def test_val_metrics_are_read_from_the_all_row() -> None:
+    output = (
+        "                 Class     Images  Instances          P          R      mAP50   mAP50-95\n"
+        "                   all          4          4     0.0123      0.25     0.0456     0.0101\n"
+        "Speed: 0.4ms pre-process, 120.3ms inference, 2.1ms NMS per image at shape (32, 3, 128, 128)\n"
+    )
+    metrics = yolo.parse_val_metrics(output)
+    assert metrics is not None and (metrics.images, metrics.instances) == (4, 4)
+    assert (metrics.precision, metrics.recall, metrics.map50, metrics.map50_95) == (0.0123, 0.25, 0.0456, 0.0101)
+    assert yolo.parse_val_metrics("Traceback (most recent call last):\n  ...") is None

@@ -3,8 +3,7 @@
 Each argv comes from scheduler.jobs.yolo and runs as the agent runs it: the job image's Python in
 place of ``yolo.PYTHON``, the YOLOv9 checkout as the working directory, no network. A yolov9-t model
 trains from scratch on a dataset of 12 drawn images (tests/yolo/dataset.py); each script's wall time
-is printed at the end. Where a builder emits what the scripts refuse on CPU, the test changes that one
-thing and says so in a TODO naming the mismatch; everything else is the builder's, unchanged.
+is printed at the end. The builders are asked for the CPU (gpu_count 0); nothing else is changed.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scheduler.agent.checkpoints import FINAL, checkpoint_epoch
 from scheduler.jobs import yolo
 from scheduler.models import DataSpec, ExportSpec, InferSpec, JobSpec, Kind, TrainSpec, ValSpec
 from tests.yolo.dataset import write_dataset
@@ -38,22 +38,11 @@ LOG_TAIL = 4000
 
 
 def runnable(argv: list[str], python: str) -> list[str]:
-    """The builder's argv as it runs here: the job image's Python, and the CPU.
-
-    TODO(yolo.py cannot express the CPU): train_command emits ``--device device_list(gpu_count)``
-    (gpu_count >= 1, so at least "0"); val_command, infer_command and export_command emit a literal
-    ``--device 0``. Without CUDA YOLOv9's select_device refuses it: "AssertionError: Invalid CUDA
-    '--device 0' requested, use '--device cpu' or pass valid CUDA device(s)". Until yolo.py can say
-    ``cpu``, the value is swapped here, and only here.
-    """
+    """The builder's argv as the agent runs it: the job image's Python in place of ``yolo.PYTHON``."""
     assert argv[0] == yolo.PYTHON, argv
-    out = [python, *argv[1:]]
-    if "--device" in out:  # a --resume argv has none: the device comes from opt.yaml
-        i = out.index("--device") + 1
-        if out[i] != "cpu":
-            assert out[i] == "0", f"yolo.py now emits --device {out[i]!r}: revisit the TODO above"
-            out[i] = "cpu"
-    return out
+    if "--device" in argv:  # a --resume argv has none: the device comes from opt.yaml
+        assert argv[argv.index("--device") + 1] == "cpu", argv
+    return [python, *argv[1:]]
 
 
 def start(argv: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -134,7 +123,7 @@ def train_spec(epochs: int) -> JobSpec:
 def trained(workdir: str, yolov9_dir: Path, yolo_python: str, yolo_env: dict[str, str],
             wall_times: list[tuple[str, float]]) -> Path:
     """(a)'s run: 2 epochs of yolov9-t at 128 px, batch 4, on CPU. Returns the run folder."""
-    argv = yolo.train_command(train_spec(epochs=2), physical_batch=4, gpu_count=1, run_name="smoke",
+    argv = yolo.train_command(train_spec(epochs=2), physical_batch=4, gpu_count=0, run_name="smoke",
                               workdir=workdir, workers=0)
     run_dir = Path(yolo.run_dir(workdir, "train", "smoke"))
     run(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=run_dir.parent / "smoke.log",
@@ -168,7 +157,7 @@ def test_resume_after_preemption_with_a_smaller_batch(workdir: str, yolov9_dir: 
     run_dir = Path(yolo.run_dir(workdir, "train", name))
     results_csv, last = run_dir / "results.csv", Path(yolo.checkpoint_path(workdir, name))
     log = run_dir.parent / f"{name}.log"
-    argv = yolo.train_command(spec, physical_batch=4, gpu_count=1, run_name=name, workdir=workdir, workers=0)
+    argv = yolo.train_command(spec, physical_batch=4, gpu_count=0, run_name=name, workdir=workdir, workers=0)
 
     t0 = time.monotonic()
     proc = start(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=log)
@@ -185,10 +174,11 @@ def test_resume_after_preemption_with_a_smaller_batch(workdir: str, yolov9_dir: 
     assert raw_epochs(results_csv) == [0], "killed too late: epoch 1 had ended too; poll faster"
     facts = checkpoint_facts(last, python=yolo_python, cwd=yolov9_dir, env=yolo_env)
     assert facts == {"epoch": 0, "optimizer": True, "batch_size": 4}
+    assert checkpoint_epoch(last) == 0  # the agent reads the same epoch without torch
 
     opt_yaml = run_dir / "opt.yaml"
     opt_yaml.write_text(yolo.resume_opt_patch(opt_yaml.read_text(), batch=2))
-    resume = yolo.train_command(spec, physical_batch=2, gpu_count=1, run_name=name, workdir=workdir,
+    resume = yolo.train_command(spec, physical_batch=2, gpu_count=0, run_name=name, workdir=workdir,
                                 resume_from=str(last.parent))
     run(runnable(resume, yolo_python), cwd=yolov9_dir, env=yolo_env, log=log, wall_times=wall_times,
         label="resume --resume last.pt, batch 4 -> 2, epochs 1-2")
@@ -198,25 +188,26 @@ def test_resume_after_preemption_with_a_smaller_batch(workdir: str, yolov9_dir: 
     facts = checkpoint_facts(last, python=yolo_python, cwd=yolov9_dir, env=yolo_env)
     # Finished: strip_optimizer drops the optimizer and sets epoch -1; the options are the patched ones.
     assert facts == {"epoch": -1, "optimizer": False, "batch_size": 2}
+    assert checkpoint_epoch(last) == FINAL
 
 
 def test_val_on_the_trained_weights(staged_best: str, workdir: str, yolov9_dir: Path, yolo_python: str,
                                     yolo_env: dict[str, str], wall_times: list[tuple[str, float]]) -> None:
-    """(c) TODO(yolo.py --save-json): val_command always adds --save-json; on a dataset that is not COCO,
-    val_dual.py then looks for <path>/annotations/instances_val2017.json with pycocotools, and on an image
-    without pycocotools (and YOLOv5_AUTOINSTALL unset) runs `pip install pycocotools` first. Harmless
-    here (the tier sets YOLOv5_AUTOINSTALL=false), noted in the log as "pycocotools unable to run"."""
+    """(c) val_dual.py on the trained weights; its metrics are read from its output (no --save-json: that
+    is COCO's evaluation, which would pip-install pycocotools and look for COCO's annotations)."""
     spec = JobSpec(name="smoke-val", team="ci", kind=Kind.val, model=MODEL, data=DATA,
                    val=ValSpec(weights=staged_best, img_size=IMG, batch=4))
-    argv = yolo.val_command(spec, run_name="smoke", workdir=workdir)
+    argv = yolo.val_command(spec, run_name="smoke", workdir=workdir, gpu_count=0)
     assert argv[1] == "val_dual.py"
     out = Path(yolo.run_dir(workdir, "val", "smoke"))
     log = out.parent / "smoke.log"
     run(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=log, wall_times=wall_times,
         label="val best.pt (val_dual.py)")
     assert out.is_dir()
-    summary = [line.split() for line in log.read_text(errors="replace").splitlines() if line.split()[:1] == ["all"]]
-    assert summary and summary[-1][1:3] == ["4", str(_val_instances(workdir))], summary  # images, instances
+    metrics = yolo.parse_val_metrics(log.read_text(errors="replace"))
+    assert metrics is not None and (metrics.images, metrics.instances) == (4, _val_instances(workdir)), metrics
+    assert 0 <= metrics.map50_95 <= metrics.map50 <= 1
+    assert "pycocotools" not in log.read_text(errors="replace")
 
 
 def _val_instances(workdir: str) -> int:
@@ -239,7 +230,7 @@ def test_detect_writes_labels(staged_best: str, workdir: str, yolov9_dir: Path, 
     out = Path(yolo.infer_output_dir(workdir, "smoke"))
     cleanup = yolo.pre_infer_cleanup(str(out))
     assert subprocess.run(cleanup, check=False).returncode == 0
-    argv = yolo.infer_command(spec, run_name="smoke", workdir=workdir)
+    argv = yolo.infer_command(spec, run_name="smoke", workdir=workdir, gpu_count=0)
     assert argv[1] == "detect_dual.py"
     run(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=out.parent / "smoke.log",
         wall_times=wall_times, label=f"detect {len(images)} images (detect_dual.py)")
@@ -258,7 +249,7 @@ def test_export_onnx(staged_best: str, workdir: str, yolov9_dir: Path, yolo_pyth
     """(e) export.py exits 0 even when a format failed: the file is the evidence (yolo.export_outputs)."""
     spec = JobSpec(name="smoke-export", team="ci", kind=Kind.export, model=MODEL,
                    export=ExportSpec(weights=staged_best, formats=("onnx",), img_size=IMG))
-    argv = yolo.export_command(spec, workdir=workdir)
+    argv = yolo.export_command(spec, workdir=workdir, gpu_count=0)
     onnx = Path(yolo.export_outputs(spec, workdir)["onnx"])
     onnx.unlink(missing_ok=True)
     log = Path(workdir) / "runs" / "export.log"
@@ -281,7 +272,7 @@ def test_gelan_t_uses_the_single_branch_scripts(workdir: str, yolov9_dir: Path, 
     """gelan-* has no auxiliary branch: train_command picks train.py and infer_command detect.py."""
     spec = JobSpec(name="smoke-gelan", team="ci", kind=Kind.train, model="gelan-t", data=DATA,
                    train=TrainSpec(epochs=1, img_size=IMG, batch=4, weights="", close_mosaic=0))
-    argv = yolo.train_command(spec, physical_batch=4, gpu_count=1, run_name="gelan", workdir=workdir, workers=0)
+    argv = yolo.train_command(spec, physical_batch=4, gpu_count=0, run_name="gelan", workdir=workdir, workers=0)
     assert argv[1] == "train.py"
     run_dir = Path(yolo.run_dir(workdir, "train", "gelan"))
     run(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=run_dir.parent / "gelan.log",
@@ -298,7 +289,7 @@ def test_gelan_t_uses_the_single_branch_scripts(workdir: str, yolov9_dir: Path, 
     infer = JobSpec(name="smoke-gelan", team="ci", kind=Kind.infer, model="gelan-t",
                     infer=InferSpec(source="s3://ci-bucket/source", images=1, img_size=IMG, weights=weights.name,
                                     conf=0.001))
-    argv = yolo.infer_command(infer, run_name="gelan", workdir=workdir, source=str(source))
+    argv = yolo.infer_command(infer, run_name="gelan", workdir=workdir, source=str(source), gpu_count=0)
     assert argv[1] == "detect.py"
     out = Path(yolo.infer_output_dir(workdir, "gelan"))
     run(runnable(argv, yolo_python), cwd=yolov9_dir, env=yolo_env, log=out.parent / "gelan.log",
