@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     # "fixed": always idle_stop_minutes.
     idle_warm: Literal["learned", "fixed"] = "learned"
     launch_grace_seconds: int = Field(default=120, ge=0)
+    # A running machine whose agent has been silent this long (or, after boot, never said hello) is
+    # taken as lost: its job is requeued like a preemption and the machine terminated. 0: never.
+    agent_silence_minutes: int = Field(default=10, ge=0)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
     # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*

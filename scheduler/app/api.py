@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.agent import tokens as agent_token
+from scheduler.agent.bootstrap import machine_ttl
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -37,7 +38,17 @@ from scheduler.errors import (
 )
 from scheduler.jobs.jobfile import parse_job, parse_job_text
 from scheduler.lifecycle import service
-from scheduler.lifecycle.agent_reports import rendezvous_of, report_finished, report_progress, report_rendezvous
+from scheduler.lifecycle.agent_reports import (
+    WORK_POLL_SECONDS,
+    assigned_attempt,
+    report_finished,
+    report_heartbeat,
+    report_hello,
+    report_progress,
+    report_rendezvous,
+    work_estimate,
+    work_for,
+)
 from scheduler.lifecycle.service import JobDetail, JobView
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec
@@ -176,31 +187,68 @@ def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> lis
     return lines
 
 
-class AgentProgress(BaseModel):
+# --- the on-instance agent's routes: one long-lived agent per machine, with its machine token ----------
+
+JobId = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_-]+$")]
+AttemptNo = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class _AgentBody(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    epochs_done: int = Field(ge=0)
+
+
+class AgentHello(_AgentBody):
+    """The machine's GPUs as its agent sees them (``scheduler/agent/machine.py``)."""
+
+    gpu_name: str = Field(default="", max_length=128)
+    gpu_model: str | None = Field(default=None, max_length=16)
+    gpu_count: int = Field(ge=0, le=64)
+    gpu_memory_mib: int | None = Field(default=None, ge=0, le=10_000_000)
+    source: Literal["nvml", "nvidia-smi", "user-data"]
+
+
+class AgentHeartbeat(_AgentBody):
+    """Alive, and (while it runs one) how its attempt goes; idle: job_id and attempt are null."""
+
+    job_id: JobId | None = None
+    attempt: AttemptNo | None = None
+    progress: str = Field(default="", max_length=200)
+    epochs_done: int | None = Field(default=None, ge=0, le=1_000_000)
+    gpu_util: float | None = Field(default=None, ge=0, le=100)
+
+
+class AgentProgress(_AgentBody):
+    job_id: JobId
+    attempt: AttemptNo
+    epochs_done: int = Field(ge=0, le=1_000_000)
     checkpoint_uri: str | None = Field(default=None, max_length=1024)
 
 
-class AgentFinished(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class AgentFinished(_AgentBody):
+    job_id: JobId
+    attempt: AttemptNo
     ok: bool
     message: str = Field(default="", max_length=2000)
 
 
-class AgentRendezvous(BaseModel):
+class AgentRendezvous(_AgentBody):
     """Rank 0 of a multi-node attempt: the address its launcher listens on (``yolo.MASTER_PORT``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    node_rank: int = Field(ge=0)
+    job_id: JobId
+    attempt: AttemptNo
+    node_rank: int = Field(ge=0, le=1024)
     addr: IPvAnyAddress
 
 
 def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
-    """Routes for on-instance agents: each authenticates with its job-scoped token, never the API token."""
+    """Routes for on-instance agents. Each machine's agent authenticates with its machine token
+    (scoped to its instance row), never the API token; every call counts as a heartbeat. The routes
+    are thin: the token, then whether the job and attempt a report names are the ones assigned to
+    this instance (409 otherwise: the agent drops that attempt and asks for work again), then the
+    same ``agent_reports`` function the simulated agent calls."""
     key = agent_token.signing_key(api_token)
 
-    def scope(request: Request) -> tuple[str, int]:
+    def machine(request: Request) -> str:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             raise _Unauthorized()
@@ -209,41 +257,100 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
         except agent_token.AgentTokenError:
             raise _Unauthorized() from None
 
+    def not_yours(job_id: str, attempt: int) -> _BadRequest:
+        return _BadRequest(409, f"job {job_id} attempt {attempt} is not this machine's work",
+                           "drop it and ask GET /v1/agent/work for this machine's work")
+
+    def refusal(s: Any, instance_id: str, job_id: str, attempt: int, *, rank0: bool = False) -> _BadRequest | None:
+        """The machine was heard; why it may not report on (job, attempt), or None. Raised by the caller
+        after its session commits, so a refused report still counts as a heartbeat."""
+        report_heartbeat(s, [instance_id], clock.now())
+        found = assigned_attempt(s, instance_id, job_id, attempt)
+        if found is None:
+            return not_yours(job_id, attempt)
+        if rank0 and found.node_rank != 0:
+            return _BadRequest(400, "only rank 0 reports for the gang",
+                               "the other ranks read master_addr from GET /v1/agent/work")
+        return None
+
     router = APIRouter(prefix="/v1/agent")
 
-    @router.get("/job")
-    def my_job(claims: tuple[str, int] = Depends(scope)) -> dict[str, Any]:
-        detail = service.get_job(store, claims[0], events=0)
-        with store.session(write=False) as s:
-            master = rendezvous_of(s, claims[0], claims[1])
-        return {"job_id": detail.id, "attempt": claims[1], "spec": detail.spec,
-                "epochs_done": detail.epochs_done, "checkpoint_uri": detail.checkpoint_uri,
-                "master_addr": master}
+    @router.post("/hello")
+    def hello(body: AgentHello, instance_id: str = Depends(machine)) -> dict[str, Any]:
+        with store.session() as s:
+            agrees = report_hello(s, instance_id, clock.now(), gpu_name=body.gpu_name, gpu_model=body.gpu_model,
+                                  gpu_count=body.gpu_count, gpu_memory_mib=body.gpu_memory_mib, source=body.source)
+        if agrees is None:
+            raise _BadRequest(409, f"instance {instance_id} is not live", "nothing to do: this machine is going away")
+        log.info("agent_hello", instance=instance_id, gpu=body.gpu_name, count=body.gpu_count, agrees=agrees)
+        return {"instance_id": instance_id, "poll_seconds": WORK_POLL_SECONDS}
+
+    @router.get("/work")
+    def work(instance_id: str = Depends(machine)) -> dict[str, Any]:
+        with store.session() as s:
+            report_heartbeat(s, [instance_id], clock.now())
+            return work_for(s, instance_id)
+
+    @router.post("/heartbeat", status_code=204)
+    def heartbeat(body: AgentHeartbeat, instance_id: str = Depends(machine)) -> Response:
+        if (body.job_id is None) != (body.attempt is None):
+            raise _BadRequest(400, "a heartbeat names both job_id and attempt, or neither", None)
+        problem = None
+        with store.session() as s:
+            if body.job_id is not None and body.attempt is not None:
+                problem = refusal(s, instance_id, body.job_id, body.attempt)
+            else:
+                report_heartbeat(s, [instance_id], clock.now())
+        if problem is not None:
+            raise problem
+        log.debug("agent_heartbeat", instance=instance_id, job_id=body.job_id, attempt=body.attempt,
+                  progress=body.progress, gpu_util=body.gpu_util)
+        return Response(status_code=204)
+
+    @router.post("/token")
+    def renew(instance_id: str = Depends(machine)) -> dict[str, Any]:
+        now = clock.now()
+        with store.session() as s:
+            report_heartbeat(s, [instance_id], now)
+            est_hours = work_estimate(s, instance_id)
+        if est_hours is None:
+            raise _BadRequest(409, f"instance {instance_id} is not live", "no renewal: this machine is going away")
+        ttl = machine_ttl(est_hours)
+        return {"token": agent_token.issue(key, instance_id, now, ttl), "expires_at": (now + ttl).isoformat()}
 
     @router.post("/rendezvous", status_code=204)
-    def rendezvous(body: AgentRendezvous, claims: tuple[str, int] = Depends(scope)) -> Response:
+    def rendezvous(body: AgentRendezvous, instance_id: str = Depends(machine)) -> Response:
         if body.node_rank != 0:
             raise _BadRequest(400, "only rank 0 advertises the gang's address",
-                              "the other ranks read master_addr from GET /v1/agent/job")
+                              "the other ranks read master_addr from GET /v1/agent/work")
         with store.session() as s:
-            current = report_rendezvous(s, claims[0], claims[1], str(body.addr), clock.now())
-        if not current:
-            raise _BadRequest(409, f"attempt {claims[1]} is no longer running",
-                              "nothing to do: the daemon has moved the job on; this machine will be released")
-        log.info("agent_rendezvous", job_id=claims[0], attempt=claims[1], addr=str(body.addr))
+            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if problem is None and not report_rendezvous(s, body.job_id, body.attempt, str(body.addr), clock.now()):
+                problem = not_yours(body.job_id, body.attempt)
+        if problem is not None:
+            raise problem
+        log.info("agent_rendezvous", job_id=body.job_id, attempt=body.attempt, addr=str(body.addr))
         return Response(status_code=204)
 
     @router.post("/progress", status_code=204)
-    def progress(body: AgentProgress, claims: tuple[str, int] = Depends(scope)) -> Response:
+    def progress(body: AgentProgress, instance_id: str = Depends(machine)) -> Response:
         with store.session() as s:
-            report_progress(s, claims[0], claims[1], body.epochs_done, body.checkpoint_uri, clock.now())
+            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if problem is None:
+                report_progress(s, body.job_id, body.attempt, body.epochs_done, body.checkpoint_uri, clock.now())
+        if problem is not None:
+            raise problem
         return Response(status_code=204)
 
     @router.post("/finished", status_code=204)
-    def finished(body: AgentFinished, claims: tuple[str, int] = Depends(scope)) -> Response:
+    def finished(body: AgentFinished, instance_id: str = Depends(machine)) -> Response:
         with store.session() as s:
-            report_finished(s, claims[0], claims[1], body.ok, clock.now(), body.message)
-        log.info("agent_finished", job_id=claims[0], attempt=claims[1], ok=body.ok)
+            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if problem is None:
+                report_finished(s, body.job_id, body.attempt, body.ok, clock.now(), body.message)
+        if problem is not None:
+            raise problem
+        log.info("agent_finished", job_id=body.job_id, attempt=body.attempt, instance=instance_id, ok=body.ok)
         return Response(status_code=204)
 
     return router

@@ -197,17 +197,26 @@ def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
 
 @app.command(hidden=True)
 def agent() -> None:
-    """On a cloud instance: run this machine's job attempt and report to the daemon (started by cloud-init)."""
+    """On a cloud instance: run the work the daemon gives this machine while it lives (started by cloud-init)."""
     import httpx
 
-    from scheduler.agent.runner import AgentConfig, run_agent
+    from scheduler.agent import machine
+    from scheduler.agent.bootstrap import BACKSTOP_MESSAGE
+    from scheduler.agent.runner import AgentConfig, run_machine_agent
+    from scheduler.clock import SystemClock
 
     cfg = AgentConfig.from_env()
     _setup_logging(_settings(), daemon=True)
+    clock = SystemClock()
+
+    def push_backstop(until: datetime) -> None:
+        machine.push_shutdown(until, clock.now(), BACKSTOP_MESSAGE)
+
     with httpx.Client(timeout=30) as http:
-        run_agent(cfg, http)
-    # The attempt's outcome, failed or not, is reported: exit 0, so that the service manager's
-    # Restart=on-failure restarts only an agent that crashed, never re-runs a failed job.
+        run_machine_agent(cfg, http, clock=clock, backstop=push_backstop if cfg.shutdown_backstop else None)
+    # Every job's outcome, failed or not, is reported, and the loop ends only when the daemon says the
+    # machine is going: exit 0, so that the service manager's Restart=on-failure restarts only an
+    # agent that crashed (which asks for its work again; a job reported finished is not handed out again).
     raise typer.Exit(0)
 
 

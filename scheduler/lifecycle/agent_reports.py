@@ -1,30 +1,147 @@
-"""Reports from the on-instance agent: an epoch finished (a new resume point), the job exited.
+"""Reports from the on-instance agent: it is up (hello), what it should do (work), it is alive
+(heartbeat), an epoch finished (a new resume point), the job exited.
 
-Stale reports from an earlier attempt are fenced off by the attempt number.
+One long-lived agent runs on each machine and speaks for that instance row (its token names the
+instance, not a job). The HTTP routes (``scheduler/app/api.py``, ``/v1/agent/...``) are thin over
+these functions: they check the token, then ask ``assigned_attempt`` whether the job and attempt
+a report names are the ones assigned to that instance (409 otherwise), then call the same
+``report_*`` function the simulated agent (``scheduler/simulation/simagent.py``) calls directly.
+Stale reports from an earlier attempt are fenced off by the attempt number as well.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from scheduler.lifecycle import gang
 from scheduler.lifecycle.perf_learning import learn_from_progress
 from scheduler.lifecycle.transitions import current_attempt, make_idle, release_nodes, set_job
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
+    InstanceRowState,
     JobState,
     move,
 )
 from scheduler.store.database import add_event
-from scheduler.store.tables import InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 
 log = structlog.get_logger("gpusched.tick")
 
-A, J = AttemptState, JobState
+A, I, J = AttemptState, InstanceRowState, JobState
+
+# How long an idle agent waits before it asks for work again (also its heartbeat interval):
+# well inside the daemon's silence window (``Settings.agent_silence_minutes``).
+WORK_POLL_SECONDS = 30
+# Instance states whose agent still has a reason to live; any other state tells it to exit.
+AGENT_LIVE = frozenset({I.requested, I.pending, I.running})
+
+
+# --- the machine: who is assigned what ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """The attempt an instance works for, and its place in it (rank 0 speaks for a gang)."""
+
+    job: JobRow
+    attempt: AttemptRow
+    node_rank: int
+    nodes: int
+
+
+def assignment_of(s: Session, row: InstanceRow) -> Assigned | None:
+    """The live attempt this instance works for: its job's current attempt, if the instance is the
+    attempt's own (rank 0, or a warm machine it was put on) or one of its gang's nodes."""
+    if row.job_id is None:
+        return None
+    job = s.get(JobRow, row.job_id)
+    attempt = current_attempt(s, row.job_id)
+    if job is None or attempt is None or A(attempt.state) not in (A.launching, A.running):
+        return None
+    if attempt.instance_id == row.id:
+        rank = 0
+    else:
+        rank = gang.node_of(row.client_token)
+        if rank == 0 or row.client_token != gang.node_token(job.id, attempt.number, rank):
+            return None
+    return Assigned(job=job, attempt=attempt, node_rank=rank, nodes=gang.nodes_of(job))
+
+
+def assigned_attempt(s: Session, instance_id: str, job_id: str, attempt_no: int) -> Assigned | None:
+    """The assignment if (job, attempt) is the one this instance works for now, else None (a 409)."""
+    row = s.get(InstanceRow, instance_id)
+    if row is None or I(row.state) not in AGENT_LIVE:
+        return None
+    assigned = assignment_of(s, row)
+    if assigned is None or assigned.job.id != job_id or assigned.attempt.number != attempt_no:
+        return None
+    return assigned
+
+
+def work_for(s: Session, instance_id: str) -> dict[str, Any]:
+    """What the agent of ``instance_id`` should do now: run its attempt, wait (warm, or not started
+    yet: a gang starts once every node runs), or exit (the instance is stopping, gone or unknown).
+
+    A job the agent already reported finished is never handed out again: finishing frees the machine."""
+    row = s.get(InstanceRow, instance_id)
+    if row is None or I(row.state) not in AGENT_LIVE:
+        return {"action": "exit"}
+    assigned = assignment_of(s, row) if I(row.state) is I.running else None
+    if assigned is None or A(assigned.attempt.state) is not A.running:
+        return {"action": "wait", "poll_seconds": WORK_POLL_SECONDS}
+    job, attempt = assigned.job, assigned.attempt
+    return {"action": "run", "job_id": job.id, "attempt": attempt.number, "spec": job.spec_json,
+            "epochs_done": job.epochs_done, "checkpoint_uri": job.checkpoint_uri,
+            "node_rank": assigned.node_rank, "nodes": assigned.nodes, "master_addr": attempt.master_addr}
+
+
+def work_estimate(s: Session, instance_id: str) -> float | None:
+    """For a token renewal: the estimated hours of the instance's current work (1 when idle), or
+    None when the instance is not live (no renewal: the machine is going away)."""
+    row = s.get(InstanceRow, instance_id)
+    if row is None or I(row.state) not in AGENT_LIVE:
+        return None
+    assigned = assignment_of(s, row)
+    return (assigned.attempt.est_hours if assigned is not None else None) or 1.0
+
+
+def report_heartbeat(s: Session, instance_ids: Iterable[str], now: datetime) -> None:
+    """The agents of these instances were heard at ``now`` (any call of theirs counts).
+
+    One UPDATE that leaves the row version alone, like ``reconcile._mark_seen``: it is advisory
+    (the silence watch reads it), and a heartbeat racing the tick must never make its write stale."""
+    ids = list(instance_ids)
+    if ids:
+        s.execute(update(InstanceRow).where(InstanceRow.id.in_(ids)).values(last_heartbeat_at=now),
+                  execution_options={"synchronize_session": False})
+
+
+def report_hello(s: Session, instance_id: str, now: datetime, *, gpu_name: str, gpu_model: str | None,
+                 gpu_count: int, gpu_memory_mib: int | None, source: str) -> bool | None:
+    """The agent is up and says what GPUs it sees: an event on the instance, and a warning when the
+    machine is not what its offer sold. Returns whether it agrees (None: the instance is not live)."""
+    row = s.get(InstanceRow, instance_id)
+    if row is None or I(row.state) not in AGENT_LIVE:
+        return None
+    report_heartbeat(s, [instance_id], now)
+    memory = f", {gpu_memory_mib / 1024:.1f} GiB each" if gpu_memory_mib else ""
+    seen = f"{gpu_count} x {gpu_name or 'no GPU'}{memory} ({source})"
+    agrees = gpu_model == row.gpu and gpu_count == row.gpu_count
+    message = f"agent up: {seen}"
+    if not agrees:
+        message += f"; the offer sold {row.gpu_count} x {row.gpu}"
+        log.warning("agent_gpu_mismatch", instance=row.id, offer_gpu=row.gpu, offer_gpu_count=row.gpu_count,
+                    seen_gpu=gpu_name, seen_model=gpu_model, seen_count=gpu_count, source=source)
+    add_event(s, now, "agent_hello", message, instance_id=row.id, job_id=row.job_id)
+    return agrees
 
 
 # --- reports from the on-instance agent ---------------------------------------------
@@ -60,12 +177,6 @@ def report_rendezvous(s: Session, job_id: str, attempt_no: int, addr: str, now: 
         attempt.master_addr = addr
         add_event(s, now, "rendezvous", f"attempt {attempt_no}: rank 0 listens at {addr}", job_id=job_id)
     return True
-
-
-def rendezvous_of(s: Session, job_id: str, attempt_no: int) -> str | None:
-    """The address rank 0 advertised for this attempt, once it has."""
-    attempt = current_attempt(s, job_id)
-    return attempt.master_addr if attempt is not None and attempt.number == attempt_no else None
 
 
 def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "") -> None:

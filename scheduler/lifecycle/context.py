@@ -96,6 +96,7 @@ class TickReport:
     idle_stopped: int = 0
     orphans_terminated: int = 0
     launch_failures: int = 0
+    agents_silent: int = 0  # machines terminated because their agent went silent (agent_watch)
     moved: int = 0  # jobs moved between spot and on-demand by the steering rule
     cost_records: int = 0
     errors: list[str] = field(default_factory=list)

@@ -195,6 +195,16 @@ def _instance_lost(
     row.preempted = row.preempted or preempted
     row.reason = reason
     add_event(s, now, "instance_lost", reason, instance_id=row.id, job_id=row.job_id)
+    requeue_job_of(ctx, s, row, now, reason=reason, report=report)
+
+
+def requeue_job_of(
+    ctx: TickContext, s: Session, row: InstanceRow, now: datetime, *, reason: str, report: TickReport
+) -> None:
+    """The machine ``row`` is lost to its job (reclaimed, vanished, or its agent went silent): the
+    job's attempt ends as preempted, the job counts one restart against ``max_restarts`` and goes back
+    to the queue to resume from its last checkpoint (or fails past ``max_restarts``). The row is
+    detached from the job; what becomes of the machine is the caller's business."""
     job_id, row.job_id = row.job_id, None
     if not job_id:
         return

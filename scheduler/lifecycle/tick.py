@@ -11,7 +11,9 @@ and the tests call it on a SimClock. Invariants it keeps:
   a tagged instance that no live row owns is terminated once older than the
   grace period. A row is marked terminated only when the cloud confirms it.
 * No lost job: a job whose instance vanished goes back to the queue with its
-  finished epochs kept (attempt n+1 resumes from the last checkpoint).
+  finished epochs kept (attempt n+1 resumes from the last checkpoint). So does
+  the job of a machine whose agent went silent (``agent_watch``, right after
+  reconcile), and that machine is terminated.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
+from scheduler.lifecycle.agent_watch import watch_agents
 from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
@@ -104,6 +107,7 @@ def tick(ctx: TickContext) -> TickReport:
             log.info("tick_skipped", why="another daemon holds the tick lock")
             return report
         reconcile(ctx, now, report)
+        watch_agents(ctx, now, report)
         steer(ctx, now, report)
         release_cancelled(ctx, now)
         reissue_intents(ctx, now, report)
@@ -381,18 +385,17 @@ def _act(ctx: TickContext, now: datetime, d: Decision, report: TickReport) -> No
             break  # refused: the gang was given up; uncertain: the next tick re-issues the rest
 
 
-def _user_data(ctx: TickContext, job: JobRow, attempt: AttemptRow, offer: Offer, node: int = 0) -> str:
-    """Bootstrap for the on-instance agent. Issued as of the attempt's creation, so a
-    re-issued launch sends byte-identical parameters (clouds reject a reused client
-    token with different ones). Without an API token (demo, tests) there is no agent API.
-    Each node of a gang learns its rank and the node count."""
+def _user_data(ctx: TickContext, row: InstanceRow, attempt: AttemptRow, offer: Offer) -> str:
+    """Bootstrap for the machine's long-lived agent, with a token for this instance row. Issued as
+    of the attempt's creation, so a re-issued launch sends byte-identical parameters (clouds
+    reject a reused client token with different ones). Without an API token (demo, tests) there
+    is no agent API. The agent asks the daemon for its work (a gang node learns its rank there),
+    so a warm machine's next job needs none of this again."""
     token = ctx.settings.api_token
     if token is None:
         return ""
-    return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), job.id,
-                         attempt.number, utc(attempt.created_at), attempt.est_hours or 1.0,
-                         resume_from=job.checkpoint_uri if attempt.start_epoch else None,
-                         node_rank=node, nodes=gang.nodes_of(job), gpu=offer.gpu, gpu_count=offer.gpu_count)
+    return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), row.id,
+                         utc(attempt.created_at), attempt.est_hours or 1.0, gpu=offer.gpu, gpu_count=offer.gpu_count)
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
@@ -425,7 +428,7 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
                 TAG_TEAM: job.team,
             },
             name=f"gpusched-{job.name}-a{attempt.number}{f'-n{node}' if node else ''}"[:63],
-            user_data=_user_data(ctx, job, attempt, offer, node),
+            user_data=_user_data(ctx, row, attempt, offer),
         )
     provider = ctx.providers[row.provider]
     try:

@@ -1,13 +1,19 @@
 """The on-instance agent, simulated: runs jobs on sandbox instances in simulated time.
 
-On a real cloud the agent started by cloud-init runs the YOLOv9 command, uploads
-``last.pt`` after every epoch and reports each epoch and the exit to the daemon,
-which calls ``agent_reports.report_progress`` / ``report_finished``. Here the same
-two functions are called from a model of the job's true speed: the performance
-model's estimate times a seeded per-(job, GPU) factor, so estimates and reality
-differ the way they do in the field. An agent only makes progress while its
-instance runs: a reclaimed spot machine's progress stops at the reclaim, and the
-partial epoch it was in is lost, exactly as with a real preemption.
+On a real cloud one long-lived agent per machine, started by cloud-init, asks the daemon
+for its work, runs the YOLOv9 command, uploads ``last.pt`` after every epoch and reports
+each epoch and the exit, and heartbeats while it lives; the daemon's HTTP routes
+(``/v1/agent/...``) check that the attempt reported is the machine's own and then call
+``agent_reports.report_progress`` / ``report_finished`` / ``report_heartbeat``. Here the
+same functions are called directly (the simulated agent cannot name another machine's
+attempt, so the routes' check has nothing to refuse) from a model of the job's true
+speed: the performance model's estimate times a seeded per-(job, GPU) factor, so
+estimates and reality differ the way they do in the field. An agent only makes progress
+while its instance runs: a reclaimed spot machine's progress stops at the reclaim, and the
+partial epoch it was in is lost, exactly as with a real preemption. Every running machine's
+agent heartbeats each step (up to the moment its machine stopped, where that is known), so
+the daemon's silence watch (``lifecycle/agent_watch.py``) only fires for an agent a test
+makes silent (``silent``). Its first heartbeat stands for the real agent's hello.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
 from scheduler.agent.runner import remote_checkpoint
 from scheduler.jobs import infer_shards, perf
 from scheduler.lifecycle import gang
-from scheduler.lifecycle.agent_reports import report_finished, report_progress
+from scheduler.lifecycle.agent_reports import report_finished, report_heartbeat, report_progress
 from scheduler.lifecycle.transitions import current_attempt
 from scheduler.models import JobSpec, Kind
-from scheduler.states import AttemptState
+from scheduler.states import AttemptState, InstanceRowState
 from scheduler.store.database import Store
 from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.times import utc
@@ -59,6 +65,8 @@ class SimAgents:
         self._estimates: dict[tuple[str, str, int, int], perf.Estimate] = {}
         self._specs: dict[str, JobSpec] = {}  # a job's spec never changes once submitted
         self._finish_at: dict[tuple[str, int], datetime] = {}
+        self.silent: set[str] = set()  # instance rows whose agent says nothing at all (hung, cut off)
+        self._beat_at: datetime | None = None
 
     def true_factor(self, job_id: str, gpu: str) -> float:
         """How much slower (>1) or faster (<1) than estimated this job really runs on this GPU."""
@@ -95,6 +103,9 @@ class SimAgents:
         finished = 0
         self._finish_at = {}
         with self.store.session() as s:
+            if now != self._beat_at:  # once per moment: a second step at the same time adds nothing
+                self._heartbeat(s, now)
+                self._beat_at = now
             # Plain columns, not ORM rows: this runs twice a tick over every running attempt,
             # and loading (and JSON-decoding) whole rows dominated a busy simulation.
             running = s.execute(
@@ -109,8 +120,8 @@ class SimAgents:
                 return 0
             alive = self._alive() if self.ended_at is None else None
             for r in running:
-                if r.started_at is None or r.cloud_id is None:
-                    continue
+                if r.started_at is None or r.cloud_id is None or r.id in self.silent:
+                    continue  # not started, or a silent agent: hung, so its job makes no progress either
                 until = now
                 if alive is not None and r.id not in alive:
                     continue
@@ -156,6 +167,26 @@ class SimAgents:
                         report_finished(s, r.job_id, r.number, True, now)
                         finished += 1
         return finished
+
+    def _heartbeat(self, s: Session, now: datetime) -> None:
+        """Every running machine's agent says it lives: as of ``now``, or of the moment its machine
+        stopped running where the sandbox says (the cloud's own news of that reaches reconcile first).
+
+        Without ``ended_at`` no cloud is asked (a listing is a cloud call): machines the store
+        believes running beat, and reconcile, which lists every cloud each tick, finds the ones lost."""
+        rows = s.execute(select(InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id)
+                         .where(InstanceRow.state == InstanceRowState.running.value)).all()
+        beats: dict[datetime, list[str]] = {}
+        for row_id, provider, cloud_id in rows:
+            if row_id in self.silent:
+                continue
+            at = now
+            if self.ended_at is not None and cloud_id is not None:
+                ended = self.ended_at(provider, cloud_id)
+                at = now if ended is None else min(now, ended)
+            beats.setdefault(at, []).append(row_id)
+        for at, ids in beats.items():
+            report_heartbeat(s, ids, at)
 
     def _gang_until(self, s: Session, job: JobRow, attempt: AttemptRow, until: datetime,
                     alive: set[str] | None) -> datetime | None:

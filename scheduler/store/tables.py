@@ -141,6 +141,8 @@ class InstanceRow(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     terminated_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     last_seen_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # When its on-instance agent last said anything (hello, work, heartbeat, a report); None: never.
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     preempted: Mapped[bool] = mapped_column(Boolean, default=False)
     reason: Mapped[str | None] = mapped_column(Text)
     version: Mapped[int] = mapped_column(Integer, default=1)

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from scheduler.agent import tokens as agent_token
 from scheduler.agent.runner import AgentConfig, run_agent
 from scheduler.app.api import create_app
 from scheduler.jobs import yolo
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.settings import Settings
-from scheduler.store.tables import AttemptRow, JobRow
+from scheduler.store.tables import InstanceRow
+from tests.agent.machines import machine_token, put_on_machine
 
 TOKEN = "agent-test-api-token-0123456789"
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,18 +24,11 @@ def test_agent_runs_the_job_reports_epochs_and_success(store, sim_clock, tmp_pat
     from scheduler.lifecycle import service
     spec = load_job_file(ROOT / "examples" / "helmet-s-train.yaml")
     job = service.submit(store, sim_clock, spec, source="helmet.yaml")
-    with store.session() as s:  # as the tick would: attempt 1 running on a machine
-        row = s.get(JobRow, job.id)
-        row.state, row.attempt = "running", 1
-        s.add(AttemptRow(job_id=job.id, number=1, state="running", client_token=f"gs-{job.id}-a1",
-                         provider="alibaba", region="cn-hangzhou", zone="cn-hangzhou-h",
-                         instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot", start_epoch=0,
-                         created_at=sim_clock.now(), started_at=sim_clock.now()))
+    inst = put_on_machine(store, sim_clock, job.id, 1)  # as the tick would: attempt 1 running on a machine
     settings = Settings(_env_file=None, api_token=TOKEN)
     http = TestClient(create_app(store, sim_clock, settings))
-    token = agent_token.issue(agent_token.signing_key(TOKEN), job.id, 1, sim_clock.now(), timedelta(hours=2))
-    cfg = AgentConfig(api="http://testserver", job_id=job.id, attempt=1, token=token, workdir=str(tmp_path),
-                      poll_seconds=0.05)
+    cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(TOKEN, inst, sim_clock),
+                      workdir=str(tmp_path), poll_seconds=0.05)
     results = Path(yolo.run_dir(str(tmp_path), "train", spec.name)) / "results.csv"
     results.parent.mkdir(parents=True)
     launched: list[list[str]] = []
@@ -64,6 +56,11 @@ def test_agent_runs_the_job_reports_epochs_and_success(store, sim_clock, tmp_pat
     detail = http.get(f"/v1/jobs/{job.id}", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     assert detail["state"] == "succeeded" and detail["epochs_done"] == 3
     assert detail["checkpoint_uri"] == copies[-1][1]  # the resume point is the uploaded copy
+    with store.session(write=False) as s:  # the machine is free (warm) for its next job, and was heard
+        row = s.get(InstanceRow, inst)
+        assert row.job_id is None and row.idle_since is not None and row.last_heartbeat_at == sim_clock.now()
+    assert run_agent(cfg, http, launch=fake_training) is False  # nothing more to run: "wait"
+    assert len(launched) == 1
 
 
 def test_agent_without_its_settings_says_what_is_missing():
@@ -72,8 +69,9 @@ def test_agent_without_its_settings_says_what_is_missing():
     from scheduler.errors import SettingsError
 
     with pytest.raises(SettingsError, match="GPUSCHED_AGENT_TOKEN"):
-        AgentConfig.from_env({"GPUSCHED_AGENT_API": "http://x", "GPUSCHED_AGENT_JOB": "j",
-                              "GPUSCHED_AGENT_ATTEMPT": "1"})
+        AgentConfig.from_env({"GPUSCHED_AGENT_API": "http://x", "GPUSCHED_AGENT_INSTANCE": "inst-1"})
+    with pytest.raises(SettingsError, match="GPUSCHED_AGENT_INSTANCE"):
+        AgentConfig.from_env({"GPUSCHED_AGENT_API": "http://x", "GPUSCHED_AGENT_TOKEN": "t"})
 
 
 def test_a_resumed_attempt_fetches_the_checkpoint_and_passes_resume(store, sim_clock, tmp_path):
@@ -83,18 +81,12 @@ def test_a_resumed_attempt_fetches_the_checkpoint_and_passes_resume(store, sim_c
     spec = load_job_file(ROOT / "examples" / "helmet-s-train.yaml")
     job = service.submit(store, sim_clock, spec, source="helmet.yaml")
     remote = "s3://bucket/datasets/helmet/runs/helmet-s-v3/weights/last.pt"
+    inst = put_on_machine(store, sim_clock, job.id, 2)
     with store.session() as s:
-        row = s.get(JobRow, job.id)
-        row.state, row.attempt = "running", 2
-        s.add(AttemptRow(job_id=job.id, number=2, state="running", client_token=f"gs-{job.id}-a2",
-                         provider="aws", region="us-east-1", zone="us-east-1a", instance_type="g5.xlarge",
-                         capacity="on-demand", start_epoch=0, created_at=sim_clock.now(), started_at=sim_clock.now()))
-        s.flush()
         report_progress(s, job.id, 2, 40, remote, sim_clock.now())
     http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=TOKEN)))
-    token = agent_token.issue(agent_token.signing_key(TOKEN), job.id, 2, sim_clock.now(), timedelta(hours=2))
-    cfg = AgentConfig(api="http://testserver", job_id=job.id, attempt=2, token=token, workdir=str(tmp_path),
-                      poll_seconds=0.05)
+    cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(TOKEN, inst, sim_clock),
+                      workdir=str(tmp_path), poll_seconds=0.05)
     copies: list[tuple[str, str]] = []
     argvs: list[list[str]] = []
 

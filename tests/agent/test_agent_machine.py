@@ -4,13 +4,11 @@ checkout with the image's Python, keeps the job's output, and says why a job fai
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.agent import tokens as agent_token
 from scheduler.agent.runner import (
     MESSAGE_TAIL_CHARS,
     AgentConfig,
@@ -22,28 +20,23 @@ from scheduler.app.api import create_app
 from scheduler.jobs import yolo
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.settings import Settings
-from scheduler.store.tables import AttemptRow, JobRow
+from tests.agent.machines import machine_token, put_on_machine
 
 TOKEN = "agent-machine-test-api-token-0123"
 ROOT = Path(__file__).resolve().parents[2]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def _running(store, clock, example: str) -> tuple[str, TestClient, str]:
-    """A job from examples/ with attempt 1 running, the daemon's API, and that attempt's agent token."""
+def _running(store, clock, example: str) -> tuple[str, TestClient, dict]:
+    """A job from examples/ with attempt 1 running on a machine, the daemon's API, and what the
+    machine's agent is configured with (its instance and its machine token)."""
     from scheduler.lifecycle import service
 
     spec = load_job_file(ROOT / "examples" / example)
     job = service.submit(store, clock, spec, source=example)
-    with store.session() as s:
-        row = s.get(JobRow, job.id)
-        row.state, row.attempt = "running", 1
-        s.add(AttemptRow(job_id=job.id, number=1, state="running", client_token=f"gs-{job.id}-a1",
-                         provider="aws", region="us-east-1", zone="us-east-1a", instance_type="g4dn.xlarge",
-                         capacity="on-demand", start_epoch=0, created_at=clock.now(), started_at=clock.now()))
+    inst = put_on_machine(store, clock, job.id, 1, instance_type="g4dn.xlarge", gpu="T4")
     http = TestClient(create_app(store, clock, Settings(_env_file=None, api_token=TOKEN)))
-    token = agent_token.issue(agent_token.signing_key(TOKEN), job.id, 1, clock.now(), timedelta(hours=2))
-    return job.id, http, token
+    return job.id, http, {"api": "http://testserver", "instance_id": inst, "token": machine_token(TOKEN, inst, clock)}
 
 
 def _fake_yolov9(folder: Path, export_py: str) -> Path:
@@ -55,10 +48,10 @@ def _fake_yolov9(folder: Path, export_py: str) -> Path:
 
 
 def test_a_fresh_machine_without_yolov9_fails_the_attempt_with_the_fix(store, sim_clock, tmp_path):
-    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
+    job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
     workdir = tmp_path / "opt" / "gpusched" / "work"  # nothing creates it but the agent
-    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(workdir),
-                      yolov9_dir=str(tmp_path / "no-such-checkout"), poll_seconds=0.01)
+    cfg = AgentConfig(**machine, workdir=str(workdir), yolov9_dir=str(tmp_path / "no-such-checkout"),
+                      poll_seconds=0.01)
     assert run_agent(cfg, http) is False
     assert workdir.is_dir()
     detail = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
@@ -76,9 +69,9 @@ def test_the_job_runs_in_the_checkout_with_the_image_python_and_an_export_that_w
         "print('token_seen', 'GPUSCHED_AGENT_TOKEN' in os.environ)\n"
         "print('ONNX: export failure: No module named onnxscript')\n"
     ))
-    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
-    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(tmp_path / "w"),
-                      yolov9_dir=str(checkout), python=sys.executable, poll_seconds=0.01)
+    job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
+    cfg = AgentConfig(**machine, workdir=str(tmp_path / "w"), yolov9_dir=str(checkout), python=sys.executable,
+                      poll_seconds=0.01)
     assert run_agent(cfg, http) is False
     reason = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["reason"]
     assert "export wrote no onnx, engine files" in reason
@@ -94,9 +87,9 @@ def test_an_export_that_wrote_every_format_succeeds(store, sim_clock, tmp_path):
     writes = "".join(f"open({p!r}, 'w').write('model')\n" for p in outputs.values())
     checkout = _fake_yolov9(tmp_path / "yolov9", f"import os\nos.makedirs({str(tmp_path / 'w' / 'weights')!r}, "
                                                  f"exist_ok=True)\n{writes}")
-    job_id, http, token = _running(store, sim_clock, "helmet-export.yaml")
-    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=1, token=token, workdir=str(tmp_path / "w"),
-                      yolov9_dir=str(checkout), python=sys.executable, poll_seconds=0.01)
+    job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
+    cfg = AgentConfig(**machine, workdir=str(tmp_path / "w"), yolov9_dir=str(checkout), python=sys.executable,
+                      poll_seconds=0.01)
     assert run_agent(cfg, http) is True
     assert http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["state"] == "succeeded"
 
@@ -115,7 +108,7 @@ def test_the_job_environment_keeps_the_machine_and_drops_the_agent_token(monkeyp
     monkeypatch.setenv("GPUSCHED_AGENT_TOKEN", "secret")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("YOLOV5_CONFIG_DIR", raising=False)
-    cfg = AgentConfig(api="http://x", job_id="j", attempt=1, token="secret", workdir=str(tmp_path))
+    cfg = AgentConfig(api="http://x", instance_id="inst-1", token="secret", workdir=str(tmp_path))
     env = job_environment(cfg)
     assert "GPUSCHED_AGENT_TOKEN" not in env and env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["YOLOV5_CONFIG_DIR"] == str(tmp_path / "yolo-config")
@@ -125,9 +118,9 @@ def test_the_job_environment_keeps_the_machine_and_drops_the_agent_token(monkeyp
 
 @pytest.mark.parametrize("value, python", [(None, "python3"), ("/opt/conda/bin/python", "/opt/conda/bin/python")])
 def test_the_agent_reads_its_machine_settings(value, python):
-    env = {"GPUSCHED_AGENT_API": "http://d", "GPUSCHED_AGENT_JOB": "j", "GPUSCHED_AGENT_ATTEMPT": "2",
+    env = {"GPUSCHED_AGENT_API": "http://d", "GPUSCHED_AGENT_INSTANCE": "inst-2",
            "GPUSCHED_AGENT_TOKEN": "t", "GPUSCHED_AGENT_YOLOV9_DIR": "/srv/yolov9"}
     if value:
         env["GPUSCHED_AGENT_PYTHON"] = value
     cfg = AgentConfig.from_env(env)
-    assert cfg.python == python and cfg.yolov9_dir == "/srv/yolov9" and cfg.attempt == 2
+    assert cfg.python == python and cfg.yolov9_dir == "/srv/yolov9" and cfg.instance_id == "inst-2"

@@ -1,7 +1,9 @@
-"""User-data carries no long-lived secret; the agent token works for one (job, attempt) only, briefly."""
+"""User-data carries no long-lived secret; the agent token works for one machine (instance row) only, briefly."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,19 +18,32 @@ API_TOKEN = "daemon-admin-token-5f2c9a8e7b6d4c3a"
 CLOUD_SECRETS = ["wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "LTAI5tFakeAlibabaSecret0123", "AKIDFakeTencentSecret9876"]
 
 
+INSTANCE = "inst-0123456789ab"
+
+
 def render(**kw) -> str:
-    return user_data_for("https://gpusched.internal:8642", API_TOKEN, "job-0123456789ab", 2, NOW, 3.0, **kw)
+    return user_data_for("https://gpusched.internal:8642", API_TOKEN, INSTANCE, NOW, 3.0, **kw)
 
 
-def test_user_data_is_cloud_config_that_starts_the_agent():
-    text = render(resume_from="s3://bucket/runs/helmet/weights/last.pt")
+def agent_env(text: str) -> dict[str, str]:
+    doc = yaml.safe_load(text)
+    env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
+    return dict(line.split("=", 1) for line in env.splitlines())
+
+
+def test_user_data_is_cloud_config_that_starts_the_long_lived_agent():
+    text = render()
     assert text.startswith("#cloud-config\n")
     doc = yaml.safe_load(text)
     env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")
     assert env["permissions"] == "0600"
-    assert "GPUSCHED_AGENT_JOB=job-0123456789ab" in env["content"]
-    assert "GPUSCHED_AGENT_ATTEMPT=2" in env["content"]
-    assert "GPUSCHED_AGENT_RESUME=s3://bucket/runs/helmet/weights/last.pt" in env["content"]
+    values = agent_env(text)
+    assert values["GPUSCHED_AGENT_INSTANCE"] == INSTANCE
+    assert values["GPUSCHED_AGENT_API"] == "https://gpusched.internal:8642"
+    # The machine's, not a job's: a warm machine's next job needs no new user-data.
+    assert not any(k in values for k in ("GPUSCHED_AGENT_JOB", "GPUSCHED_AGENT_ATTEMPT", "GPUSCHED_AGENT_RESUME"))
+    unit = next(f for f in doc["write_files"] if f["path"].endswith("gpusched-agent.service"))["content"]
+    assert "ExecStart=/opt/gpusched/bin/gpusched agent" in unit and "Restart=on-failure" in unit
     assert ["systemctl", "enable", "--now", "gpusched-agent.service"] in doc["runcmd"]
     assert any("shutdown -h +" in " ".join(cmd) for cmd in doc["runcmd"])
 
@@ -41,32 +56,43 @@ def test_user_data_carries_no_long_lived_secret():
     assert "AWS_SECRET" not in text and "ACCESS_KEY" not in text.upper().replace("GPUSCHED_AGENT_", "")
 
 
-def test_agent_token_is_scoped_to_its_job_and_attempt_and_expires():
-    doc = yaml.safe_load(render())
-    env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
-    token = next(line.split("=", 1)[1] for line in env.splitlines() if line.startswith("GPUSCHED_AGENT_TOKEN="))
+def test_agent_token_is_scoped_to_its_machine_and_expires_with_the_machines_life_bound():
+    values = agent_env(render())
+    token = values["GPUSCHED_AGENT_TOKEN"]
     key = agent_token.signing_key(API_TOKEN)
-    assert agent_token.verify(key, token, NOW + timedelta(hours=1)) == ("job-0123456789ab", 2)
+    assert agent_token.verify(key, token, NOW + timedelta(hours=1)) == INSTANCE
+    # The token and the shutdown backstop end together: at least a day, three times the estimate.
+    assert agent_token.expires_at(token) == NOW + timedelta(hours=24)
+    assert agent_token.expires_at(agent_env(user_data_for("https://x", API_TOKEN, INSTANCE, NOW, 20.0))[
+        "GPUSCHED_AGENT_TOKEN"]) == NOW + timedelta(hours=60)
+    doc = yaml.safe_load(render())
+    assert any("shutdown -h +1440 " in " ".join(cmd) for cmd in doc["runcmd"])
     with pytest.raises(AgentTokenError, match="expired"):
         agent_token.verify(key, token, NOW + timedelta(days=2))
     with pytest.raises(AgentTokenError, match="signature"):
         agent_token.verify(agent_token.signing_key("another-daemon-token-xyz"), token, NOW)
     claims, sig = token.split(".")
-    forged = agent_token._b64(agent_token._unb64(claims).replace(b"job-0123456789ab|2", b"job-0123456789ab|3"))
-    with pytest.raises(AgentTokenError):
+    forged = agent_token._b64(agent_token._unb64(claims).replace(INSTANCE.encode(), b"inst-ffffffffffff"))
+    with pytest.raises(AgentTokenError, match="signature"):
         agent_token.verify(key, f"{forged}.{sig}", NOW)
     with pytest.raises(AgentTokenError, match="malformed"):
         agent_token.verify(key, "not-a-token", NOW)
 
 
+def test_an_attempt_scoped_token_of_the_old_kind_is_not_a_machine_token():
+    key = agent_token.signing_key(API_TOKEN)
+    claims = f"job-0123456789ab|2|{int((NOW + timedelta(hours=1)).timestamp())}".encode()
+    old = f"{agent_token._b64(claims)}.{agent_token._b64(hmac.new(key, claims, hashlib.sha256).digest())}"
+    with pytest.raises(AgentTokenError, match="not a machine token"):
+        agent_token.verify(key, old, NOW)
+
+
 def test_user_data_tells_the_agent_its_gpus_and_the_agent_reads_them():
     from scheduler.agent.runner import AgentConfig
 
-    doc = yaml.safe_load(render(gpu="A100-80G", gpu_count=8))
-    env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
-    values = dict(line.split("=", 1) for line in env.splitlines())
-    cfg = AgentConfig.from_env(values)
+    cfg = AgentConfig.from_env(agent_env(render(gpu="A100-80G", gpu_count=8)))
     assert (cfg.gpu, cfg.gpu_count) == ("A100-80G", 8)
+    assert cfg.instance_id == INSTANCE and cfg.shutdown_backstop is True
 
 
 def test_a_machine_whose_agent_never_starts_stops_itself_within_half_an_hour(tmp_path):

@@ -327,54 +327,80 @@ def test_metrics_count_jobs_and_instances_by_state_and_add_the_daemons_own(store
 # --- the on-instance agent's routes -----------------------------------------------------
 
 
-def _running_attempt(store: Store, job_id: str, clock: SimClock) -> None:
-    """Put the job on a (pretend) machine: attempt 1 running, as the tick would."""
-    from scheduler.store.tables import AttemptRow, JobRow
+def _running_attempt(store: Store, job_id: str, clock: SimClock, attempt: int = 1) -> str:
+    """Put the job on a (pretend) machine: attempt ``attempt`` running there, as the tick would; the instance id."""
+    from tests.agent.machines import put_on_machine
 
-    with store.session() as s:
-        job = s.get(JobRow, job_id)
-        job.state, job.attempt = "running", 1
-        s.add(AttemptRow(job_id=job_id, number=1, state="running", client_token=f"gs-{job_id}-a1",
-                         provider="alibaba", region="cn-hangzhou", zone="cn-hangzhou-h",
-                         instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot", start_epoch=0,
-                         created_at=clock.now(), started_at=clock.now()))
+    return put_on_machine(store, clock, job_id, attempt)
 
 
-def _agent_auth(job_id: str, attempt: int, clock: SimClock, api_token: str = TOKEN) -> dict[str, str]:
-    from scheduler.agent import tokens as agent_token
-    tok = agent_token.issue(agent_token.signing_key(api_token), job_id, attempt, clock.now(), timedelta(hours=1))
-    return {"Authorization": f"Bearer {tok}"}
+def _agent_auth(instance_id: str, clock: SimClock, api_token: str = TOKEN) -> dict[str, str]:
+    from tests.agent.machines import machine_auth
+
+    return machine_auth(api_token, instance_id, clock)
 
 
-def test_agent_reports_progress_and_finish_with_its_job_token(client: TestClient, store: Store,
-                                                              clock: SimClock) -> None:
+def test_agent_gets_its_work_and_reports_progress_and_finish_with_its_machine_token(
+        client: TestClient, store: Store, clock: SimClock) -> None:
     job = submit(client, JOB)
-    _running_attempt(store, job["id"], clock)
-    auth = _agent_auth(job["id"], 1, clock)
-    r = client.get("/v1/agent/job", headers=auth)
-    assert r.status_code == 200 and r.json()["job_id"] == job["id"] and r.json()["attempt"] == 1
-    r = client.post("/v1/agent/progress", json={"epochs_done": 7, "checkpoint_uri": "s3://b/last.pt"}, headers=auth)
+    inst = _running_attempt(store, job["id"], clock)
+    auth = _agent_auth(inst, clock)
+    r = client.get("/v1/agent/work", headers=auth)
+    assert r.status_code == 200
+    work = r.json()
+    assert work["action"] == "run" and work["job_id"] == job["id"] and work["attempt"] == 1
+    assert (work["node_rank"], work["nodes"], work["master_addr"]) == (0, 1, None)
+    assert work["spec"]["name"] == "helmet-v3" and work["epochs_done"] == 0
+    mine = {"job_id": job["id"], "attempt": 1}
+    r = client.post("/v1/agent/progress", json={**mine, "epochs_done": 7, "checkpoint_uri": "s3://b/last.pt"},
+                    headers=auth)
     assert r.status_code == 204
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["epochs_done"] == 7
-    r = client.post("/v1/agent/finished", json={"ok": True}, headers=auth)
+    r = client.post("/v1/agent/finished", json={**mine, "ok": True}, headers=auth)
     assert r.status_code == 204
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["state"] == "succeeded"
+    # The machine is warm: nothing to run, and the finished job is never handed out again.
+    assert client.get("/v1/agent/work", headers=auth).json() == {"action": "wait", "poll_seconds": 30}
+    r = client.post("/v1/agent/finished", json={**mine, "ok": True}, headers=auth)
+    assert r.status_code == 409 and "not this machine's work" in r.json()["error"]
 
 
 def test_agent_token_cannot_act_as_admin_and_admin_token_is_not_an_agent_token(client: TestClient, store: Store,
                                                                                clock: SimClock) -> None:
     job = submit(client, JOB)
-    _running_attempt(store, job["id"], clock)
-    auth = _agent_auth(job["id"], 1, clock)
+    inst = _running_attempt(store, job["id"], clock)
+    auth = _agent_auth(inst, clock)
+    body = {"job_id": job["id"], "attempt": 1, "epochs_done": 1}
     assert client.get("/v1/jobs", headers=auth).status_code == 401
-    assert client.post("/v1/agent/progress", json={"epochs_done": 1}, headers=AUTH).status_code == 401
-    forged = _agent_auth(job["id"], 1, clock, api_token="some-other-daemon-token-000")
-    assert client.post("/v1/agent/progress", json={"epochs_done": 1}, headers=forged).status_code == 401
+    assert client.post("/v1/agent/progress", json=body, headers=AUTH).status_code == 401
+    assert client.get("/v1/agent/work", headers=AUTH).status_code == 401
+    forged = _agent_auth(inst, clock, api_token="some-other-daemon-token-000")
+    assert client.post("/v1/agent/progress", json=body, headers=forged).status_code == 401
+    assert client.get("/v1/agent/work").status_code == 401
 
 
-def test_a_stale_attempts_report_is_ignored(client: TestClient, store: Store, clock: SimClock) -> None:
+def test_a_stale_attempts_report_is_refused(client: TestClient, store: Store, clock: SimClock) -> None:
     job = submit(client, JOB)
-    _running_attempt(store, job["id"], clock)
-    old = _agent_auth(job["id"], 0, clock)
-    assert client.post("/v1/agent/progress", json={"epochs_done": 50}, headers=old).status_code == 204
+    inst = _running_attempt(store, job["id"], clock, attempt=2)
+    old = {"job_id": job["id"], "attempt": 1, "epochs_done": 50}
+    r = client.post("/v1/agent/progress", json=old, headers=_agent_auth(inst, clock))
+    assert r.status_code == 409 and "GET /v1/agent/work" in r.json()["fix"]
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["epochs_done"] == 0
+    from scheduler.store.tables import InstanceRow
+
+    with store.session(write=False) as s:  # refused, but heard: the machine's agent is alive
+        assert s.get(InstanceRow, inst).last_heartbeat_at == clock.now()
+
+
+@pytest.mark.parametrize("body", [
+    {"epochs_done": 1},  # no job or attempt
+    {"job_id": "job-1", "attempt": 0, "epochs_done": 1},
+    {"job_id": "job-1; drop table", "attempt": 1, "epochs_done": 1},
+    {"job_id": "job-1", "attempt": 1, "epochs_done": 1, "extra": True},
+    {"job_id": "job-1", "attempt": 1, "epochs_done": 1, "checkpoint_uri": "s3://" + "x" * 2000},
+])
+def test_agent_bodies_are_bounded_and_closed(client: TestClient, store: Store, clock: SimClock,
+                                             body: dict[str, Any]) -> None:
+    job = submit(client, JOB)
+    inst = _running_attempt(store, job["id"], clock)
+    assert client.post("/v1/agent/progress", json=body, headers=_agent_auth(inst, clock)).status_code == 400

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.agent import tokens as agent_token
 from scheduler.agent.runner import AgentConfig, run_agent
 from scheduler.app.api import create_app
 from scheduler.jobs import infer_shards
@@ -18,8 +16,9 @@ from scheduler.jobs.jobfile import parse_job
 from scheduler.jobs.yolo import infer_command
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import report_progress
+from scheduler.lifecycle.transitions import current_attempt
 from scheduler.settings import Settings
-from scheduler.store.tables import AttemptRow, JobRow
+from tests.agent.machines import machine_token, put_on_machine
 
 TOKEN = "agent-test-api-token-0123456789"
 
@@ -76,15 +75,9 @@ def test_a_shard_command_reads_the_shard_folder_and_writes_under_the_run():
 
 def _running_attempt(store, sim_clock, spec, attempt: int, shards_done: int = 0) -> str:
     job = service.submit(store, sim_clock, spec, source="t.yaml")
-    with store.session() as s:
-        row = s.get(JobRow, job.id)
-        row.state, row.attempt = "running", attempt
-        s.add(AttemptRow(job_id=job.id, number=attempt, state="running", client_token=f"gs-{job.id}-a{attempt}",
-                         provider="aws", region="us-east-1", zone="us-east-1a", instance_type="g4dn.xlarge",
-                         capacity="spot", start_epoch=shards_done, created_at=sim_clock.now(),
-                         started_at=sim_clock.now()))
-        s.flush()
-        if shards_done:
+    put_on_machine(store, sim_clock, job.id, attempt, instance_type="g4dn.xlarge", gpu="T4", capacity="spot")
+    if shards_done:
+        with store.session() as s:
             report_progress(s, job.id, attempt, shards_done, infer_shards.output_uri(spec), sim_clock.now())
     return job.id
 
@@ -121,10 +114,13 @@ class _Machine:
 
 
 def _agent(store, sim_clock, job_id: str, attempt: int, workdir: Path):
+    """The daemon's API, and the agent of the machine the job's attempt runs on."""
     http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=TOKEN)))
-    token = agent_token.issue(agent_token.signing_key(TOKEN), job_id, attempt, sim_clock.now(), timedelta(hours=2))
-    cfg = AgentConfig(api="http://testserver", job_id=job_id, attempt=attempt, token=token, workdir=str(workdir),
-                      poll_seconds=0.02)
+    with store.session(write=False) as s:
+        inst = current_attempt(s, job_id).instance_id
+    assert inst is not None
+    cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(TOKEN, inst, sim_clock),
+                      workdir=str(workdir), poll_seconds=0.02)
     return http, cfg
 
 

@@ -32,10 +32,12 @@ from scheduler.agent.runner import AgentConfig, run_agent
 from scheduler.app.api import create_app
 from scheduler.jobs import yolo
 from scheduler.lifecycle import service
+from scheduler.lifecycle.gang import node_token as gang_node_token
 from scheduler.lifecycle.tick import SimulatedCrash
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from tests.agent.machines import machine_row
 from tests.lifecycle.test_lifecycle import World, job_spec
 
 RUNNING, SUCCEEDED = JobState.running.value, JobState.succeeded.value
@@ -238,22 +240,32 @@ def test_cancel_releases_every_node_for_idle_stop(store, sim_clock):
     assert_gang_invariants(w)
 
 
-def test_each_node_gets_its_rank_and_the_node_count_in_user_data(store, sim_clock):
+def test_each_node_is_its_own_machine_and_learns_its_rank_with_its_work(store, sim_clock):
     w = World(store, sim_clock)
     secret = "daemon-api-token-0123456789abcdef"
     w.settings = Settings(_env_file=None, cluster="t", providers=["alibaba"], api_token=secret,
                           agent_api_url="https://gpusched.example:8642")
     w.ctx = w.new_ctx()
-    w.submit(gang_spec())
+    job_id = w.submit(gang_spec())
     w.step()
-    envs = []
+    envs = {}
     for inst in w.cloud.all_instances():
         doc = yaml.safe_load(inst.user_data)
-        envs.append(next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"])
-    assert [("GPUSCHED_NODE_RANK=0" in e, "GPUSCHED_NODE_RANK=1" in e) for e in envs] == [(True, False), (False, True)]
-    assert all("GPUSCHED_NODES=2" in e and secret not in e for e in envs)
-    cfgs = [AgentConfig.from_env(dict(line.split("=", 1) for line in e.splitlines())) for e in envs]
-    assert [(c.node_rank, c.nodes) for c in cfgs] == [(0, 2), (1, 2)]
+        env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
+        assert secret not in env and "GPUSCHED_NODE_RANK" not in env  # the rank comes with the work
+        envs[inst.tags[TAG_INSTANCE]] = dict(line.split("=", 1) for line in env.splitlines())
+    rows = attempt_rows(w, job_id, 1)
+    assert sorted(envs) == sorted(r.id for r in rows)
+    cfgs = {row_id: AgentConfig.from_env(env) for row_id, env in envs.items()}
+    assert all(cfg.instance_id == row_id for row_id, cfg in cfgs.items())
+    w.run_until(lambda: w.job(job_id).state == RUNNING)
+    http = TestClient(create_app(store, sim_clock, w.settings))
+    ranks = {}
+    for row in rows:
+        work = http.get("/v1/agent/work", headers={"Authorization": f"Bearer {cfgs[row.id].token}"}).json()
+        assert work["action"] == "run" and work["job_id"] == job_id and work["nodes"] == 2
+        ranks[row.id] = work["node_rank"]
+    assert [ranks[r.id] for r in rows] == [0, 1]  # node 0's machine is rank 0
 
 
 AGENT_API_TOKEN = "agent-test-api-token-0123456789"
@@ -261,25 +273,43 @@ RANK0_ADDR = "10.0.3.17"
 
 
 def running_gang(store, sim_clock, attempts: int = 1):
-    """A two-node job whose attempt ``attempts`` runs (as the tick leaves it); the API, and a token per attempt."""
+    """A two-node job whose attempt ``attempts`` runs on two machines (as the tick leaves it); the API,
+    and each attempt's machines' tokens by rank: ``{attempt: {rank: (instance id, token)}}``. An earlier
+    attempt's machines were released (warm, working for nobody)."""
     job = service.submit(store, sim_clock, gang_spec(), source="gang.yaml")
+    key = agent_token.signing_key(AGENT_API_TOKEN)
+    machines: dict[int, dict[int, tuple[str, str]]] = {}
     with store.session() as s:
         row = s.get(JobRow, job.id)
         row.state, row.attempt = "running", attempts
         for n in range(1, attempts + 1):
-            s.add(AttemptRow(job_id=job.id, number=n, state="running" if n == attempts else "preempted",
+            current = n == attempts
+            machines[n] = {}
+            for rank in range(2):
+                inst = f"inst-a{n}n{rank}0000000"
+                s.add(machine_row(inst, sim_clock, job_id=job.id if current else None,
+                                  client_token=gang_node_token(job.id, n, rank), provider="alibaba",
+                                  region="cn-hangzhou", zone="cn-hangzhou-h", instance_type="ecs.gn7i-c8g1.2xlarge",
+                                  gpu="A10", capacity="spot"))
+                machines[n][rank] = (inst, agent_token.issue(key, inst, sim_clock.now(), timedelta(hours=2)))
+            s.flush()
+            s.add(AttemptRow(job_id=job.id, number=n, state="running" if current else "preempted",
                              client_token=f"gs-{job.id}-a{n}", provider="alibaba", region="cn-hangzhou",
                              zone="cn-hangzhou-h", instance_type="ecs.gn7i-c8g1.2xlarge", capacity="spot",
-                             start_epoch=0, created_at=sim_clock.now(), started_at=sim_clock.now()))
+                             instance_id=machines[n][0][0], start_epoch=0, created_at=sim_clock.now(),
+                             started_at=sim_clock.now()))
     http = TestClient(create_app(store, sim_clock, Settings(_env_file=None, api_token=AGENT_API_TOKEN)))
-    key = agent_token.signing_key(AGENT_API_TOKEN)
-    tokens = {n: agent_token.issue(key, job.id, n, sim_clock.now(), timedelta(hours=2)) for n in range(1, attempts + 1)}
-    return job, http, tokens
+    return job, http, machines
 
 
-def node_agent(job, token: str, workdir: Path, rank: int, attempt: int = 1, **kw) -> AgentConfig:
-    return AgentConfig(api="http://testserver", job_id=job.id, attempt=attempt, token=token, workdir=str(workdir),
-                       poll_seconds=kw.pop("poll_seconds", 0.05), node_rank=rank, nodes=2, **kw)
+def node_agent(machine: tuple[str, str], workdir: Path, **kw) -> AgentConfig:
+    instance_id, token = machine
+    return AgentConfig(api="http://testserver", instance_id=instance_id, token=token, workdir=str(workdir),
+                       poll_seconds=kw.pop("poll_seconds", 0.05), **kw)
+
+
+def bearer(machine: tuple[str, str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {machine[1]}"}
 
 
 def launcher_flags(argv: list[str]) -> dict[str, str]:
@@ -289,7 +319,7 @@ def launcher_flags(argv: list[str]) -> dict[str, str]:
 def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
     """Through the daemon's real API: every rank starts the launcher with rank 0's address; rank 1
     exiting ends nothing; rank 0's exit finishes the job."""
-    job, http, tokens = running_gang(store, sim_clock)
+    job, http, machines = running_gang(store, sim_clock)
     launched: dict[int, list[str]] = {}
 
     def run(rank: int) -> bool:
@@ -305,18 +335,25 @@ def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
             launched[rank] = list(argv)
             return subprocess.Popen([sys.executable, "-c", "pass"])
 
-        return run_agent(node_agent(job, tokens[1], workdir, rank), http, launch=launch, copy=lambda src, dst: None,
+        return run_agent(node_agent(machines[1][rank], workdir), http, launch=launch, copy=lambda src, dst: None,
                          address=lambda api: RANK0_ADDR)
 
     # Rank 0 advertises (as its agent does first thing), then rank 1 runs to its exit.
-    auth = {"Authorization": f"Bearer {tokens[1]}"}
-    assert http.post("/v1/agent/rendezvous", headers=auth, json={"node_rank": 0, "addr": RANK0_ADDR}).status_code == 204
+    mine = {"job_id": job.id, "attempt": 1}
+    assert http.post("/v1/agent/rendezvous", headers=bearer(machines[1][0]),
+                     json={**mine, "node_rank": 0, "addr": RANK0_ADDR}).status_code == 204
+    # Only rank 0 speaks for the gang: rank 1's machine can neither advertise nor report.
+    r = http.post("/v1/agent/rendezvous", headers=bearer(machines[1][1]),
+                  json={**mine, "node_rank": 0, "addr": "10.0.3.18"})
+    assert r.status_code == 400 and r.json()["error"] == "only rank 0 reports for the gang"
+    assert http.post("/v1/agent/finished", headers=bearer(machines[1][1]), json={**mine, "ok": True}).status_code == 400
     assert run(1) is True
     with store.session(write=False) as s:
         assert s.get(JobRow, job.id).state == RUNNING and s.get(JobRow, job.id).epochs_done == 0
     assert run(0) is True
     with store.session(write=False) as s:
         assert s.get(JobRow, job.id).state == SUCCEEDED and s.get(JobRow, job.id).epochs_done == 1
+        assert all(s.get(InstanceRow, m[0]).job_id is None for m in machines[1].values())  # both warm now
     assert {rank: launcher_flags(argv) for rank, argv in launched.items()} == {
         0: {"--nnodes": "2", "--node_rank": "0", "--master_addr": RANK0_ADDR},
         1: {"--nnodes": "2", "--node_rank": "1", "--master_addr": RANK0_ADDR},
@@ -328,8 +365,9 @@ def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
 class RankZeroBootsLater:
     """A clock for rank 1's agent: while it sleeps, rank 0 comes up (after ``polls`` polls) and advertises."""
 
-    def __init__(self, sim_clock, http, token: str, polls: int) -> None:
-        self.clock, self.http, self.token, self.left, self.sleeps = sim_clock, http, token, polls, 0
+    def __init__(self, sim_clock, http, machine: tuple[str, str], job_id: str, polls: int) -> None:
+        self.clock, self.http, self.machine, self.job_id, self.left, self.sleeps = \
+            sim_clock, http, machine, job_id, polls, 0
 
     def now(self):
         return self.clock.now()
@@ -339,16 +377,16 @@ class RankZeroBootsLater:
         self.clock.sleep(seconds)
         self.left -= 1
         if self.left == 0:
-            r = self.http.post("/v1/agent/rendezvous", headers={"Authorization": f"Bearer {self.token}"},
-                               json={"node_rank": 0, "addr": RANK0_ADDR})
+            r = self.http.post("/v1/agent/rendezvous", headers=bearer(self.machine),
+                               json={"job_id": self.job_id, "attempt": 1, "node_rank": 0, "addr": RANK0_ADDR})
             assert r.status_code == 204
 
 
 def test_a_rank_waits_for_rank_zero_to_advertise_then_starts(store, sim_clock, tmp_path):
-    job, http, tokens = running_gang(store, sim_clock)
-    clock = RankZeroBootsLater(sim_clock, http, tokens[1], polls=3)
+    job, http, machines = running_gang(store, sim_clock)
+    clock = RankZeroBootsLater(sim_clock, http, machines[1][0], job.id, polls=3)
     argvs: list[list[str]] = []
-    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=1, poll_seconds=30), http, clock=clock,
+    ok = run_agent(node_agent(machines[1][1], tmp_path, poll_seconds=30), http, clock=clock,
                    launch=lambda argv: argvs.append(list(argv)) or subprocess.Popen([sys.executable, "-c", "pass"]),
                    copy=lambda src, dst: None)
     assert ok is True and clock.sleeps >= 3  # it polled until the address was there, then launched once
@@ -358,10 +396,10 @@ def test_a_rank_waits_for_rank_zero_to_advertise_then_starts(store, sim_clock, t
 def test_a_rank_gives_up_when_rank_zero_never_advertises(store, sim_clock, tmp_path):
     from scheduler.agent.runner import RENDEZVOUS_TIMEOUT
 
-    job, http, tokens = running_gang(store, sim_clock)
+    job, http, machines = running_gang(store, sim_clock)
     start = sim_clock.now()
     argvs: list[list[str]] = []
-    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=1, poll_seconds=60), http, clock=sim_clock,
+    ok = run_agent(node_agent(machines[1][1], tmp_path, poll_seconds=60), http, clock=sim_clock,
                    launch=lambda argv: argvs.append(list(argv)), copy=lambda src, dst: None)
     assert ok is False and argvs == []  # nothing launched: alone, it would train a model nobody asked for
     assert RENDEZVOUS_TIMEOUT <= sim_clock.now() - start <= RENDEZVOUS_TIMEOUT + timedelta(minutes=1)
@@ -371,19 +409,28 @@ def test_a_rank_gives_up_when_rank_zero_never_advertises(store, sim_clock, tmp_p
 
 def test_an_old_attempts_address_never_reaches_the_next_attempt(store, sim_clock, tmp_path):
     """Attempt 2 runs on fresh machines: attempt 1's rank 0 is refused, and its address is not shown."""
-    job, http, tokens = running_gang(store, sim_clock, attempts=2)
-    old = {"Authorization": f"Bearer {tokens[1]}"}
-    r = http.post("/v1/agent/rendezvous", headers=old, json={"node_rank": 0, "addr": "10.0.9.9"})
-    assert r.status_code == 409 and "no longer running" in r.json()["error"]
+    from scheduler.agent.runner import Work
+
+    job, http, machines = running_gang(store, sim_clock, attempts=2)
+    old, new = machines[1][0], machines[2][0]
+    r = http.post("/v1/agent/rendezvous", headers=bearer(old),
+                  json={"job_id": job.id, "attempt": 1, "node_rank": 0, "addr": "10.0.9.9"})
+    assert r.status_code == 409 and "not this machine's work" in r.json()["error"]
+    # Attempt 1's machine may not even name attempt 2: that is another machine's work.
+    r = http.post("/v1/agent/rendezvous", headers=bearer(old),
+                  json={"job_id": job.id, "attempt": 2, "node_rank": 0, "addr": "10.0.9.9"})
+    assert r.status_code == 409
     argvs: list[list[str]] = []
-    ok = run_agent(node_agent(job, tokens[1], tmp_path, rank=0), http, launch=lambda argv: argvs.append(argv),
+    stale = Work(job_id=job.id, attempt=1, spec=gang_spec(), nodes=2)  # what it was told before the reclaim
+    ok = run_agent(node_agent(old, tmp_path), http, stale, launch=lambda argv: argvs.append(argv),
                    copy=lambda src, dst: None, address=lambda api: "10.0.9.9")
     assert ok is False and argvs == []  # a stale rank 0 does not train
-    new = {"Authorization": f"Bearer {tokens[2]}"}
-    assert http.get("/v1/agent/job", headers=new).json()["master_addr"] is None
-    assert http.post("/v1/agent/rendezvous", headers=new, json={"node_rank": 0, "addr": "fd00::7"}).status_code == 204
-    assert http.get("/v1/agent/job", headers=new).json()["master_addr"] == "fd00::7"
-    assert http.get("/v1/agent/job", headers=old).json()["master_addr"] is None
+    assert http.get("/v1/agent/work", headers=bearer(old)).json()["action"] == "wait"  # released: warm
+    assert http.get("/v1/agent/work", headers=bearer(new)).json()["master_addr"] is None
+    assert http.post("/v1/agent/rendezvous", headers=bearer(new),
+                     json={"job_id": job.id, "attempt": 2, "node_rank": 0, "addr": "fd00::7"}).status_code == 204
+    assert http.get("/v1/agent/work", headers=bearer(new)).json()["master_addr"] == "fd00::7"
+    assert http.get("/v1/agent/work", headers=bearer(machines[2][1])).json()["master_addr"] == "fd00::7"
 
 
 @pytest.mark.parametrize(("body", "says"), [
@@ -393,12 +440,13 @@ def test_an_old_attempts_address_never_reaches_the_next_attempt(store, sim_clock
     ({"node_rank": 0, "addr": RANK0_ADDR, "port": 1}, "port"),
 ])
 def test_a_bad_rendezvous_is_refused_and_records_nothing(store, sim_clock, body, says):
-    job, http, tokens = running_gang(store, sim_clock)
-    auth = {"Authorization": f"Bearer {tokens[1]}"}
-    r = http.post("/v1/agent/rendezvous", headers=auth, json=body)
+    job, http, machines = running_gang(store, sim_clock)
+    auth = bearer(machines[1][0])
+    r = http.post("/v1/agent/rendezvous", headers=auth, json={"job_id": job.id, "attempt": 1, **body})
     assert r.status_code == 400 and says in r.json()["error"]
-    assert http.get("/v1/agent/job", headers=auth).json()["master_addr"] is None
-    assert http.post("/v1/agent/rendezvous", json={"node_rank": 0, "addr": RANK0_ADDR}).status_code == 401
+    assert http.get("/v1/agent/work", headers=auth).json()["master_addr"] is None
+    assert http.post("/v1/agent/rendezvous", json={"job_id": job.id, "attempt": 1, "node_rank": 0,
+                                                   "addr": RANK0_ADDR}).status_code == 401
 
 
 def test_local_address_is_the_interface_on_the_route_to_the_daemon():

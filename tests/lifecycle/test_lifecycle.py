@@ -32,6 +32,7 @@ from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabiliti
 from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle import service
 from scheduler.lifecycle import tick as lifecycle
+from scheduler.lifecycle.agent_reports import report_heartbeat
 from scheduler.lifecycle.tick import SimulatedCrash, TickContext
 from scheduler.models import Capacity, ReservedCapacity
 from scheduler.settings import Settings
@@ -303,7 +304,10 @@ def test_failed_listing_does_not_mark_instances_lost(store, sim_clock):
     job_id = w.submit(job_spec())
     w.run_until(lambda: w.job(job_id).state == JobState.running.value)
     w.cloud.fail_next("instances", ProviderUnavailable("down"), times=50)
+    [row] = w.instances()
     for _ in range(5):
+        with store.session() as s:  # its agent still talks to the daemon: only the cloud's API is down
+            report_heartbeat(s, [row.id], sim_clock.now())
         lifecycle.tick(w.ctx)
         sim_clock.advance(timedelta(minutes=3))
     assert w.job(job_id).state == JobState.running.value and w.job(job_id).preemptions == 0
@@ -339,7 +343,8 @@ def test_launch_carries_agent_user_data_without_the_api_token(store, sim_clock):
     w.step()
     [inst] = w.cloud.all_instances()
     assert inst.user_data.startswith("#cloud-config")
-    assert f"GPUSCHED_AGENT_JOB={job_id}" in inst.user_data
+    assert f"GPUSCHED_AGENT_INSTANCE={inst.tags[TAG_INSTANCE]}" in inst.user_data  # the machine, not the job
+    assert job_id not in inst.user_data
     assert "https://gpusched.example:8642" in inst.user_data
     assert secret not in inst.user_data
 
