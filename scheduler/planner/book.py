@@ -1,12 +1,16 @@
-"""The offers and fleet slots of one ``plan()`` call, grouped for ``planner_rank``.
+"""The offers and fleet slots of one ``plan()`` call, grouped for ``planner.rank``.
 
-A ``Book`` folds the offers and fleet slots into ``Group``s of candidates that
-share every number the planner computes (cloud, region, GPU setup, vCPUs,
-capacity, price, reclaim rate, fleet slot) and differ only in zone, instance
-type and stock, so a job prices a group once instead of each candidate. It
-also keeps what every job of the call would otherwise recompute: FX rates,
-hourly prices per node count, ``Money`` per amount, the groups a filter lets
-through.
+A ``CandidateBook`` folds the offers and fleet slots into ``Group``s of candidates
+that share every number the planner computes (cloud, region, GPU setup, vCPUs,
+capacity, price, reclaim rate, fleet slot) and differ only in zone, instance type
+and stock, so a job prices a group once instead of each candidate. It also keeps
+what every job of the call would otherwise recompute: FX rates, hourly prices per
+node count, ``Money`` per amount, the groups a filter lets through.
+
+Not to be confused with the other containers of offers: ``providers.catalog`` reads
+the bundled price list, ``lifecycle.offerbook.OfferBook`` caches the clouds' live
+offers between daemon ticks, and ``simulation.lower_bound_options.PricedCatalog``
+prices offers once for a whole trace, without stock, reclaim rates or fleet slots.
 
 Everything here lives for one ``plan()`` call: no module-level state.
 """
@@ -15,13 +19,38 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
+from enum import IntEnum
 from typing import NamedTuple
 
 from scheduler.models import Capacity, Offer, Stock
 from scheduler.money import Money
+from scheduler.planner import cost
+from scheduler.planner.allowed import OfferFilter
 from scheduler.planner.inputs import FleetSlot, PlannerPolicy, Source
+
+
+class Rank(IntEnum):
+    """How far a candidate is from usable: the first key of the planner's order (``rank``'s module text)."""
+
+    FEASIBLE = 0  # nothing stands in the way
+    WAITING = 1  # only transient blockers (sold out, recently out of capacity, slot held): waiting may clear them
+    BLOCKED = 2  # a structural blocker (deadline, budget, reservation ends too soon): waiting never helps
+    CANNOT_RUN = 3  # the job does not fit the GPU's memory, or cannot be estimated on it
+
+
+class Tail(NamedTuple):
+    """A member's sort key after (provider, region): its identity, then input order for exact ties."""
+
+    zone: str
+    instance_type: str
+    capacity: str  # Capacity.value
+    source: Source
+    instance_id: str  # "" for a new machine
+    gpu: str
+    gpu_count: int
+    seq: int  # input order: 2 x offer index + (0 spot, 1 on-demand); fleet slots after every offer
 
 
 @dataclass(eq=False, slots=True)
@@ -31,9 +60,9 @@ class Member:
     offer: Offer
     avoid_key: str | None  # "Offer.key|capacity" for new capacity; fleet slots are never avoided
     sold_out: bool
-    tail: tuple  # the sort key after (provider, region): zone, type, capacity, source, instance, gpu, count, seq
+    tail: Tail
     shape: int  # what runners-up show once (provider, region, type, capacity, source, instance), interned
-    fields: dict = field(init=False)  # an Option's fields up to instance_id (``Book`` sets them), read once
+    option_fields: dict = field(init=False)  # the ``Option`` fields the member decides (see ``plan._Planning.option``)
 
 
 class Line(NamedTuple):
@@ -53,6 +82,21 @@ class Line(NamedTuple):
         return cls(members, firsts)
 
 
+RankedLines = tuple[tuple[Rank, Line], ...]
+
+
+class Runs(NamedTuple):
+    """A group's members by rank, made once per ``plan()`` call; ``rank.Scored`` picks the one that applies."""
+
+    open: RankedLines  # no blocker for the group: its members FEASIBLE, or WAITING when sold out
+    held: RankedLines  # its fleet slot is held for another job: all WAITING
+    blocked: RankedLines  # a structural blocker: all BLOCKED
+    cannot_run: RankedLines  # all CANNOT_RUN
+
+
+_NO_RUNS = Runs((), (), (), ())
+
+
 @dataclass(eq=False, slots=True)
 class Group:
     """Candidates whose every number is the same: one price, GPU setup and reclaim rate in one region."""
@@ -67,52 +111,36 @@ class Group:
     rate: float  # reclaims per hour as the cost model sees them (0 for naive strategies)
     price: Money | None  # per node, in the offer's currency; None for reserved capacity (already paid)
     slot: int | None = None  # index into the canonical fleet
-    not_reserved: bool = True  # sort-key flags (see Scored.prefix), kept here: reading them is cheaper
+    not_reserved: bool = True  # sort-key flags (see rank.Prefix), kept here: reading them is cheaper
     not_warm: bool = True
     instance_id: str | None = None
     until: datetime | None = None
     members: list[Member] = field(default_factory=list)
-    every: Line = field(default_factory=lambda: Line([], []))
-    clean: Line = field(default_factory=lambda: Line([], []))  # not sold out
-    sold: Line = field(default_factory=lambda: Line([], []))
-    index: int = 0  # in Book.groups
+    index: int = 0  # in CandidateBook.groups
     # Interned by the book: the GPU setup (gpu, count, vCPUs), and the GPU alone (perf.GPU_ONLY_KINDS).
     est_keys: tuple[int, int] = (0, 0)
     timing_keys: tuple[int, int] = (0, 0)  # each x capacity x reclaim rate x warm start
     hourly: dict[int, Money] = field(default_factory=dict)  # nodes -> price of all nodes, policy currency
-    # The members by rank (see ``Scored._runs``), made once: [0] clean at 0 and sold out at 1 (no other
-    # blocker), [1] all at 1 (the slot is held), [2] all at 2 (structural), [3] all at 3 (cannot estimate).
-    runs: tuple[tuple[tuple[int, Line], ...], ...] = ()
+    runs: Runs = _NO_RUNS
 
 
 class Filter(NamedTuple):
-    """What a job (or a relaxed copy of it) lets through."""
+    """What a job (or a copy with one of its filters lifted) lets through: the offers its job file allows,
+    the capacities the planner allows it (``plan._planner_capacities``), and whether fleet slots."""
 
-    gpus: tuple[str, ...] | None
-    gpu_count: int
-    providers: tuple[str, ...] | None
-    regions: tuple[str, ...] | None
+    offers: OfferFilter
     capacities: frozenset[Capacity]
     slots: bool  # a gang of nodes is launched fresh: fleet slots are single machines
 
-    def admits(self, g: Group) -> bool:
-        return (
-            g.capacity in self.capacities
-            and (self.gpus is None or g.gpu in self.gpus)
-            and g.gpu_count == self.gpu_count
-            and (self.providers is None or g.provider in self.providers)
-            and (self.regions is None or g.region in self.regions)
-        )
 
-
-class Book:
+class CandidateBook:
     """Everything a plan() call sees besides the jobs, grouped, and the slots already handed out."""
 
     def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
                  measured: Mapping[tuple[str, str, int], float] | None) -> None:
         self.now, self.policy, self.measured = now, policy, measured
         self.taken: dict[int, str] = {}  # slot index -> the job it went to
-        self.start_new = now + timedelta(hours=policy.boot_hours)
+        self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
         self._rates: dict[tuple[str, str], Decimal] = {}
         self._money: dict[tuple[Decimal, bool], Money] = {}
         self._more: dict[tuple[Decimal, bool], str] = {}
@@ -147,15 +175,17 @@ class Book:
             g.index = i
             for mem in g.members:
                 o = mem.offer
-                mem.fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
-                              "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count,
-                              "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id}
+                mem.option_fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
+                                     "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count,
+                                     "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id}
             g.members.sort(key=lambda mem: mem.tail)
-            g.every = Line.of(g.members)
-            g.clean = Line.of([mem for mem in g.members if not mem.sold_out])
-            g.sold = Line.of([mem for mem in g.members if mem.sold_out])
-            g.runs = (tuple((r, line) for r, line in ((0, g.clean), (1, g.sold)) if line.members),
-                      *(((r, g.every),) for r in (1, 2, 3)))
+            every = Line.of(g.members)
+            clean = Line.of([mem for mem in g.members if not mem.sold_out])
+            sold = Line.of([mem for mem in g.members if mem.sold_out])
+            g.runs = Runs(open=tuple((r, line) for r, line in ((Rank.FEASIBLE, clean), (Rank.WAITING, sold))
+                                     if line.members),
+                          held=((Rank.WAITING, every),), blocked=((Rank.BLOCKED, every),),
+                          cannot_run=((Rank.CANNOT_RUN, every),))
 
     def _group(self, offer: Offer, cap: Capacity, source: Source, price: Money | None) -> Group:
         rate = 0.0 if self.policy.naive_spot else offer.spot_interruptions_per_hour
@@ -167,11 +197,11 @@ class Book:
         g.timing_keys = (self._intern(("timing", *setup, *how)), self._intern(("gpu timing", offer.gpu, *how)))
         return g
 
-    def _tail(self, offer: Offer, g: Group, seq: int) -> tuple[tuple, int]:
+    def _tail(self, offer: Offer, g: Group, seq: int) -> tuple[Tail, int]:
         """A member's sort-key tail and its shape."""
         cap, iid = g.capacity.value, g.instance_id or ""
         shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
-        return ((offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
+        return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
                 self._intern(shape))
 
     def _intern(self, key: tuple) -> int:
@@ -182,11 +212,12 @@ class Book:
         got = self._matching.get(f)
         if got is None:
             bundles: dict[int, list[Group]] = {}
+            capacities, offers = f.capacities, f.offers
             for g in self.groups:
-                if (f.slots or g.slot is None) and f.admits(g):
+                if g.capacity in capacities and (f.slots or g.slot is None) and offers.admits(g):
                     bundles.setdefault(g.timing_keys[0], []).append(g)
             got = self._matching[f] = list(bundles.values())
-            for bundle in got:  # by price, so costs never fall along a bundle (planner_rank.Lazy)
+            for bundle in got:  # by price, so costs never fall along a bundle (rank.Placeholder)
                 bundle.sort(key=lambda g: self.hourly(g, 1).amount)
         return got
 
@@ -197,15 +228,10 @@ class Book:
         return r
 
     def hourly(self, g: Group, nodes: int) -> Money:
-        """All nodes' hourly price in the policy currency (``FxRates.convert`` x nodes, the same arithmetic)."""
+        """All nodes' hourly price in the policy currency (``cost.hourly``), once per group and node count."""
         h = g.hourly.get(nodes)
         if h is None:
-            cur = self.policy.currency
-            if g.price is None:
-                h = Money.zero(cur)
-            else:
-                h = Money(amount=g.price.amount * self.rate(g.price.currency, cur), currency=cur) * nodes
-            g.hourly[nodes] = h
+            h = g.hourly[nodes] = cost.hourly(g.price, nodes, self.policy.currency, self.rate)
         return h
 
     def more(self, extra: Decimal) -> str:

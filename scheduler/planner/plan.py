@@ -12,23 +12,16 @@ budget: waiting never helps). The best feasible option wins; with none, a job
 waits when only transient blockers stand in the way, and is refused otherwise,
 with a reason that says what to change.
 
-The cost model (``planner_rank.Scorer._timing``):
+The expected cost of a candidate (spot reclaims, restart overhead, lost work,
+warm reuse, reserved capacity at zero marginal cost), and why spot wins when it
+does: ``planner.cost``.
 
-* hours ``h`` come from ``perf.estimate`` for the GPU, count, vCPUs and nodes.
-* spot: ``n = rate x nodes x h`` expected interruptions (any node's reclaim
-  stops a gang job). Each costs ``restart_hours`` plus lost work: half an epoch
-  for training (it resumes from ``last.pt``), half a shard for inference (it
-  resumes at its first unfinished shard, ``infer_shards``), half the job for val /
-  export (they restart from scratch). Lost work in total is capped at ``h``:
-  past that the linear model stops meaning anything, and spot has lost anyway.
-* expected hours = ``h + n x restart + min(n x lost, h)``; cost = expected
-  hours x hourly price x nodes, converted into ``policy.currency``.
-* reserved capacity costs nothing more (already paid); a warm instance costs
-  its capacity's hourly price and needs no boot.
-
-Deadlines (``planner_rank.Scorer._timing``): the expected finish must leave
+Deadlines (``rank.Scorer._time``): the expected finish must leave
 ``deadline_safety`` of the remaining time to spare, and spot must also survive
 a bad run (see there). Budgets count ``PlanJob.spent`` as well.
+
+What a job may use: what its job file allows (``planner.allowed``: its offer
+filters and ``policy.capacity``), narrowed by the planner (``_planner_capacities``).
 
 Choice: reserved capacity first (no marginal cost), then the lowest expected
 cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
@@ -37,16 +30,17 @@ A job leaves spot (``spot_allowed``) when one more reclaim would leave it no
 restart to spare under its ``max_restarts`` (the job fails past that), or once
 it has been preempted ``max_preemptions_before_on_demand`` times where that cap
 is set; unless its job file asks for spot only: that choice stands. The job's own
-``max_restarts`` is the bound by default: a flat cap of 6 cost 5% more on the
-month trace (jobs that would have finished on spot finished on on-demand).
+``max_restarts`` is the bound by default, not a flat cap: a job that would have
+finished on spot stays there.
 
-Speed (``planner_rank``): candidates that share every number (same cloud,
+Speed (``planner.rank``): candidates that share every number (same cloud,
 region, GPU setup, price, reclaim rate; other zones and instance types) are
 priced once per job as a group, ``perf.figures_for`` reads a job once for all
 its GPU setups, and a heap yields candidates best first, timing and pricing a
 bundle of groups only when the ranking reaches it, so mostly only what a
-decision shows is computed. Options and decisions are built from fields the
-planner typed itself, without validating them again (``built``). Reasons read
+decision shows is computed. Every option is made by ``_Planning.option``; options
+and decisions are built from fields the planner typed itself, without validating
+them again (``built``). Reasons read
 the candidates' numbers, not built options. The ranking is exactly the
 per-candidate one.
 """
@@ -60,14 +54,16 @@ from typing import Literal, TypeVar
 
 from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
+from scheduler.planner.allowed import OfferFilter, job_capacities
+from scheduler.planner.book import CandidateBook, Filter, Group, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Book, Filter, Group, Member, Pick, Scored, Scorer
+from scheduler.planner.rank import Pick, Scored, Scorer
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
 # Runners-up a decision keeps (the daemon stores them with the job: ``GET /jobs/{id}``; ``gpusched
-# plan`` lists every option). Each costs an ``Option`` and a comparison sentence: eight of them were
-# 40% of a 10,000-job plan (BENCHMARKS.md, planner v5).
+# plan`` lists every option). Each costs an ``Option`` and a comparison sentence, a large share of
+# planning a big queue, and finding more distinct ones walks deeper into the ranking.
 MAX_ALTERNATIVES = 3
 
 Action = Literal["launch", "reuse", "wait", "refuse"]
@@ -110,8 +106,8 @@ def built(cls: type[_M], fields: dict) -> _M:
     field order: what ``model_construct`` does, without its per-field loop (``test_planner`` checks that
     each one built equals its validated copy). Every field is set, so all share one set of field names, as
     ``model_construct(_fields_set=...)`` allows: the models are frozen and ``model_copy`` copies the set.
-    Validating ~10 options a job cost more than ranking them, and each decision's options outlive the
-    call: one object less each is a third fewer for the garbage collector to go through."""
+    Validating a job's options costs more than ranking them, and each decision's options outlive the
+    call: one object less each leaves the garbage collector less to go through."""
     m = _new(cls)
     _set(m, "__dict__", fields)
     _set(m, "__pydantic_fields_set__", _ALL_SET[cls])
@@ -121,14 +117,13 @@ def built(cls: type[_M], fields: dict) -> _M:
 
 
 _ALL_SET = {cls: set(cls.model_fields) for cls in (Option, Decision)}  # never changed (see ``built``)
-_OPTION_FIELDS = _ALL_SET[Option]
 
 
 # --- candidates -------------------------------------------------------------------
 
 
-_SPOT, _ON_DEMAND, _RESERVED = (frozenset({c}) for c in (Capacity.spot, Capacity.on_demand, Capacity.reserved))
-_OFF_SPOT, _ANY = frozenset({Capacity.on_demand, Capacity.reserved}), frozenset(Capacity)
+_SPOT, _ON_DEMAND = frozenset({Capacity.spot}), frozenset({Capacity.on_demand})
+_FEASIBLE = Rank.FEASIBLE  # read once: an enum member is slow to look up, and every option asks
 
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy) -> bool:
@@ -146,29 +141,27 @@ def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy) -> 
 SPARE_RESTARTS = 1  # restarts kept for losses that are not reclaims (see ``spot_allowed``)
 
 
-def _allowed_capacities(wanted: str, preemptions: int, max_restarts: int,
+def _planner_capacities(wanted: str, preemptions: int, max_restarts: int,
                         policy: PlannerPolicy) -> frozenset[Capacity]:
+    """The capacities the planner lets a job use whose ``policy.capacity`` is ``wanted``: what its job file
+    allows (``allowed.job_capacities``), less spot for ``auto`` once ``spot_allowed`` says no. The
+    simulator's baselines replace it: on-demand for everything, or spot for everything."""
     if policy.strategy == "on-demand":
         return _ON_DEMAND
     if policy.naive_spot:
         return _SPOT
-    if wanted == "spot":
-        # The user asked for spot only; their choice stands even after preemptions
-        # (max_restarts bounds the retries elsewhere).
-        return _SPOT
-    if wanted == "on-demand":
-        return _ON_DEMAND
-    if wanted == "reserved":
-        return _RESERVED
-    return _ANY if spot_allowed(preemptions, max_restarts, policy) else _OFF_SPOT
+    allowed = job_capacities(wanted)
+    # A job that asked for spot only keeps it even after preemptions (max_restarts bounds the retries
+    # elsewhere): only ``auto`` leaves spot.
+    if wanted == "auto" and not spot_allowed(preemptions, max_restarts, policy):
+        return allowed - _SPOT
+    return allowed
 
 
 def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     spec = job.spec
-    res, where = spec.resources, spec.where
-    return Filter(res.gpus, res.gpu_count, where.providers, where.regions,
-                  _allowed_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy),
-                  res.nodes == 1)
+    capacities = _planner_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy)
+    return Filter(OfferFilter.of(spec), capacities, spec.resources.nodes == 1)
 
 
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
@@ -182,41 +175,37 @@ def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
 class _Planning:
     """One job being planned: its groups scored once (relaxed filters reuse them), and its ranking."""
 
-    def __init__(self, job: PlanJob, book: Book) -> None:
+    def __init__(self, job: PlanJob, book: CandidateBook) -> None:
         self.job, self.book = job, book
         self.scorer = Scorer(book, job)
         self.ranking = self.scorer.rank(_filter(job, book.policy))
 
-    def option(self, pick: Pick, why: str | None = None) -> Option:
-        """The ``Option`` a candidate makes (built from fields of the right types: see ``built``)."""
+    def option(self, pick: Pick, choice: Pick | None = None) -> Option:
+        """The ``Option`` a candidate makes: every option the planner shows is made here.
+
+        Its ``why``: for ``choice`` itself, why it was chosen; for a feasible runner-up, how it
+        compares with ``choice``; otherwise its blockers ("feasible" when there are none).
+        """
         s, mem, rank = pick
-        t = s.timing
-        if why is None:
+        t, feasible = s.timing, rank is _FEASIBLE
+        if feasible and choice is not None:
+            why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
+        else:
             blockers = s.blockers(mem, self.job, self.book)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
         hours, interruptions = t.shown
-        o = _new(Option)  # built(Option, ...), inlined: ~9 a job
-        _set(o, "__dict__", {**mem.fields, "est_hours": hours, "price_per_hour": s.hourly,
-                             "est_cost": self.book.money(s.cost), "finish_by": t.finish,
-                             "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
-                             "feasible": rank == 0, "why": why})
-        _set(o, "__pydantic_fields_set__", _OPTION_FIELDS)
-        _set(o, "__pydantic_extra__", None)
-        _set(o, "__pydantic_private__", None)
-        return o
+        return built(Option, {**mem.option_fields, "est_hours": hours, "price_per_hour": s.hourly,
+                              "est_cost": self.book.money(s.cost), "finish_by": t.finish,
+                              "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
+                              "feasible": feasible, "why": why})
 
-    def versus(self, pick: Pick, choice: Pick) -> Option:
-        """A runner-up; a feasible one says how it compares with the choice."""
-        if pick[2] != 0:
-            return self.option(pick)
-        s, best = pick[0], choice[0]
+    def _versus(self, s: Scored, best: Scored) -> str:
+        """A feasible runner-up's why: what it costs more than the choice, or when it finishes."""
         extra = s.cost - best.cost
         if extra > 0:
-            why = self.book.more(extra)
-        else:
-            later = (s.timing.finish - best.timing.finish).total_seconds() / 3600
-            why = f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
-        return self.option(pick, why)
+            return self.book.more(extra)
+        later = (s.timing.finish - best.timing.finish).total_seconds() / 3600
+        return f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
 
 
 # --- public API -------------------------------------------------------------------
@@ -229,12 +218,10 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
     When the job has a feasible option, the first one here equals the choice
     ``plan`` makes for this job alone.
     """
-    p = _Planning(job, Book(offers, _canonical_fleet(fleet), now, policy, measured))
+    p = _Planning(job, CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured))
     picks = list(p.ranking.picks())
-    if not picks or picks[0][2] != 0:
-        return [p.option(pick) for pick in picks]
-    choice = p.option(picks[0], _choice_why(picks[0], job))
-    return [choice, *(p.versus(pick, picks[0]) for pick in picks[1:])]
+    choice = picks[0] if picks and picks[0].rank is Rank.FEASIBLE else None
+    return [p.option(pick, choice) for pick in picks]
 
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
@@ -251,7 +238,7 @@ def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Fleet
     would not fit even a whole month); jobs planned earlier in the same call
     count against the team first.
     """
-    book = Book(offers, _canonical_fleet(fleet), now, policy, measured)
+    book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured)
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
     for job in sorted(jobs, key=_planning_order):
@@ -301,14 +288,14 @@ def _decide(p: _Planning, limit: int) -> tuple[Decision, int | None]:
             return _decision(job, "wait", None, (), "waiting: no free reserved capacity matches the job "
                                                    "(set policy.capacity: auto to use spot or on-demand)"), None
         return _decision(job, "refuse", None, (), _no_match_reason(p)), None
-    if first[2] == 0:
-        choice = p.option(first, _choice_why(first, job))
+    if first.rank is Rank.FEASIBLE:
+        choice = p.option(first, first)
         action: Action = "launch" if choice.source == "new" else "reuse"
-        runners_up = p.ranking.distinct({first[1].shape}, limit)
-        alternatives = tuple(p.versus(pick, first) for pick in runners_up)
-        return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first[0].group.slot
+        runners_up = p.ranking.distinct({first.member.shape}, limit)
+        alternatives = tuple(p.option(pick, first) for pick in runners_up)
+        return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first.scored.group.slot
     alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), limit))
-    if first[2] == 1:  # only transient blockers stand in the way of the best
+    if first.rank is Rank.WAITING:  # only transient blockers stand in the way of the best
         return _decision(job, "wait", None, alternatives, _wait_reason(p, first)), None
     return _decision(job, "refuse", None, alternatives, _refusal(p, first)), None
 
@@ -319,8 +306,8 @@ def _decision(job: PlanJob, action: Action, choice: Option | None, alternatives:
                             "reason": reason})
 
 
-def _choice_why(pick: Pick, job: PlanJob) -> str:
-    g = pick[0].group
+def _choice_why(s: Scored, job: PlanJob) -> str:
+    g = s.group
     if g.capacity is Capacity.reserved:
         what = "reserved capacity, already paid"
     else:
@@ -357,7 +344,7 @@ def _wait_reason(p: _Planning, first: Pick) -> str:
     if holders:
         parts.append(f"held for higher-priority job {', '.join(sorted(holders))}")
     return (f"waiting: every option that meets the deadline and budget is {' or '.join(parts)}; "
-            f"best when free: {_pick_label(first[0], first[1])}, ~{p.book.money(first[0].cost)}")
+            f"best when free: {_pick_label(first.scored, first.member)}, ~{p.book.money(first.scored.cost)}")
 
 
 # --- refusals ---------------------------------------------------------------------
@@ -369,7 +356,7 @@ def _refusal(p: _Planning, first: Pick) -> str:
     if all(t.est_blocker is not None for t, _ in bundles):  # nothing fits or can be estimated
         scored = p.ranking.scored
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
-            return f"cannot estimate the job: {first[0].blockers(first[1], job, p.book)[-1].text}"
+            return f"cannot estimate the job: {first.scored.blockers(first.member, job, p.book)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
         fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
         return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
@@ -401,7 +388,7 @@ def _budget_refusal(p: _Planning, over: list[Scored]) -> str:
     job, fx = p.job, p.book.policy.fx
     budget = job.spec.policy.budget
     assert budget is not None
-    total, _key, _mem, _rank, s = min((s.budget_total, *s.best(), s) for s in over)
+    total, _key, (s, _mem, _rank) = min((s.budget_total, *s.best()) for s in over)
     assert total is not None
     cost = fx.convert(p.book.money(s.cost), budget.currency)
     spent = f" plus {fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
@@ -425,7 +412,7 @@ def _no_match_reason(p: _Planning) -> str:
     for relaxed, describe in _relaxations(p.job, p.book.policy):
         groups = [g for bundle in p.book.matching(relaxed) for g in bundle]
         if groups:  # the first candidate by offer key and capacity, in input order on a tie
-            _, _, _, mem, g = min((m.offer.key, g.capacity.value, m.tail[-1], m, g) for g in groups for m in g.members)
+            _, _, _, mem, g = min((m.offer.key, g.capacity.value, m.tail.seq, m, g) for g in groups for m in g.members)
             fixes.append(describe(mem.offer, g.capacity))
     if not fixes:
         fixes = [f"no offer has {spec.resources.gpu_count} GPU(s) per machine: change resources.gpu_count"]
@@ -439,17 +426,21 @@ def _relaxations(job: PlanJob, policy: PlannerPolicy) -> list[tuple[Filter, _Hin
     """The job's filter with one of its own filters lifted, and how to tell the user to lift it."""
     spec = job.spec
     f = _filter(job, policy)
+
+    def lifted(**offer_filters: None) -> Filter:
+        return f._replace(offers=f.offers._replace(**offer_filters))
+
     out: list[tuple[Filter, _Hint]] = []
     if spec.resources.gpus is not None:
-        out.append((f._replace(gpus=None), lambda o, c: f"allow {o.gpu}"))
+        out.append((lifted(gpus=None), lambda o, c: f"allow {o.gpu}"))
     if spec.policy.capacity != "auto":
         out.append((f._replace(
-                        capacities=_allowed_capacities("auto", job.preemptions, spec.policy.max_restarts, policy)),
+                        capacities=_planner_capacities("auto", job.preemptions, spec.policy.max_restarts, policy)),
                     lambda o, c: f"allow {c.value}"))
     if spec.where.regions is not None:
-        out.append((f._replace(regions=None), lambda o, c: f"allow region {o.region}"))
+        out.append((lifted(regions=None), lambda o, c: f"allow region {o.region}"))
     if spec.where.providers is not None:
-        out.append((f._replace(providers=None), lambda o, c: f"allow {o.provider}"))
+        out.append((lifted(providers=None), lambda o, c: f"allow {o.provider}"))
     return out
 
 
@@ -461,7 +452,7 @@ def _relaxation_hints(p: _Planning) -> list[str]:
     for relaxed, describe in _relaxations(p.job, p.book.policy):
         first = p.scorer.first_usable(relaxed)  # feasible, or only waiting on stock
         if first is not None:
-            hint = describe(first[0].group, first[0].group.capacity)
+            hint = describe(first.scored.group, first.scored.group.capacity)
             if hint not in hints:
                 hints.append(hint)
     return hints

@@ -1,6 +1,6 @@
-"""Ranking one job's candidates for ``planner``, fast: score groups, not candidates.
+"""Ranking one job's candidates for ``planner.plan``, fast: score groups, not candidates.
 
-A ``plan()`` call builds one ``planner_book.Book``: its offers and fleet slots
+A ``plan()`` call builds one ``book.CandidateBook``: its offers and fleet slots
 folded into ``Group``s of candidates that share every number the planner
 computes (cloud, region, GPU setup, vCPUs, capacity, price, reclaim rate, fleet
 slot) and differ only in zone, instance type and stock. For a job, ``Scorer``
@@ -9,22 +9,23 @@ or once per GPU for inference and export, which read nothing else of the setup;
 hours, finish and deadline once per setup x capacity x reclaim rate x start;
 cost and budget once per group), and ``Ranking`` merges the groups' members with
 a heap into the planner's order, lazily: a decision needs the best few only.
+What a candidate costs is ``planner.cost``'s formula; this module only times,
+checks and orders.
 
-Speed notes (10,000 queued jobs x 2,000 offers is the benchmark): a bundle of
-new machines (the groups that share a timing) enters the heap as one
-placeholder (``Lazy``), costed from the estimate alone, and is timed and priced
-group by group only when the ranking reaches it: about half the bundles of a
-job never are. Only the few candidates a decision shows get a full ``Scored``
-(new machines for a job that avoids nothing rank from their cost alone,
-``Scorer._add_entries``). A job whose deadline has passed skips the
+Laziness: a bundle of new machines (the groups that share a timing) enters the
+heap as one ``Placeholder``, costed from the estimate alone, and is timed and
+priced group by group only when the ranking reaches it (``Ranking._expand``);
+most bundles of most jobs never are. Only the few candidates a decision shows get a full
+``Scored`` (new machines for a job that avoids nothing rank from their cost
+alone, ``Scorer._add_entries``). A job whose deadline has passed skips the
 relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
 
-The order, as if every candidate were scored and sorted: rank (0 feasible,
-1 only transient blockers, 2 other blockers, 3 memory / estimate blockers),
-reserved capacity first, expected cost, warm first, finish, then the
-candidate's identity (provider, region, zone, type, capacity, source, instance,
-gpu, count), then input order (offers, then canonical fleet slots) for exact
-ties. Sort keys nest as ``(rank, Scored.prefix, Member.tail)``.
+The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
+transient blockers, other blockers, memory / estimate blockers), reserved capacity
+first, expected cost, warm first, finish, then the candidate's identity (provider,
+region, zone, type, capacity, source, instance, gpu, count), then input order
+(offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
+Prefix, book.Tail)``.
 
 Everything here lives for one ``plan()`` call: no module-level state.
 """
@@ -36,21 +37,21 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Literal
+from decimal import Decimal
+from typing import Literal, NamedTuple
 
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
 from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
-from scheduler.planner.book import Book, Filter, Group, Line, Member
+from scheduler.planner import cost
+from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
 from scheduler.planner.inputs import PlanJob
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
                       "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
-_CENT = Decimal("0.01")
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 
 
@@ -63,6 +64,39 @@ class Blocker:
     @property
     def transient(self) -> bool:
         return self.kind in _TRANSIENT
+
+
+# --- the planner's order -------------------------------------------------------------
+
+_new = tuple.__new__  # ``_new(Entry, (...))`` is ``Entry(...)`` without NamedTuple's Python-level ``__new__``:
+# the hot loops below make a heap entry per line of candidates, tens of thousands a call.
+
+
+class Prefix(NamedTuple):
+    """A group's sort key between the rank and a member's ``Tail``, shared by its members."""
+
+    not_reserved: bool  # reserved capacity first: it costs nothing more
+    cost: Decimal  # expected cost, policy currency, to the cent (``cost.expected_cost``)
+    not_warm: bool  # a warm machine wins a cost tie: no boot
+    finish: datetime
+    provider: str
+    region: str
+
+
+class SortKey(NamedTuple):
+    """One candidate's place in the planner's order (heap entries carry the same three fields first)."""
+
+    rank: Rank
+    prefix: Prefix
+    tail: Tail
+
+
+class Pick(NamedTuple):
+    """A candidate: its group's score, which member, its rank."""
+
+    scored: Scored
+    member: Member
+    rank: Rank
 
 
 # --- scoring one job ------------------------------------------------------------------
@@ -80,7 +114,7 @@ class Timing:
     start: datetime
     finish: datetime
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
-    worst: datetime | None  # spot with a deadline: the bad case, finish after 1.5 x the interruptions + 1
+    worst: datetime | None  # spot with a deadline: the finish of the bad case (``cost.on_spot``)
     physical_batch: int | None
     _late_blocker: Blocker | None = None
     _needed: datetime | None = None
@@ -129,7 +163,7 @@ class Scored:
     timing: Timing
     hourly: Money
     cost: Decimal  # expected cost, policy currency, to the cent
-    prefix: tuple  # the sort key between rank and (zone, ...): reserved, cost, warm, finish, provider, region
+    prefix: Prefix
     # Most groups of most jobs keep these defaults (``Scorer._score`` sets the rest).
     reservation: bool = False  # the reservation ends before the expected finish
     budget_total: Decimal | None = None  # cost + spent, budget currency (when the job has a budget)
@@ -137,9 +171,9 @@ class Scored:
     structural: bool = False  # a blocker waiting cannot clear
     avoided: frozenset[Member] = frozenset()  # members the job avoids (recently out of capacity)
     taken_by: str | None = None  # fleet slot held for another job
-    runs: tuple[tuple[int, Line], ...] = ()  # the members by rank
+    runs: RankedLines = ()  # the members by rank
 
-    def blockers(self, mem: Member, job: PlanJob, book: Book) -> list[Blocker]:
+    def blockers(self, mem: Member, job: PlanJob, book: CandidateBook) -> list[Blocker]:
         """In the order the planner has always listed them (they join into ``Option.why``)."""
         out: list[Blocker] = []
         if mem.sold_out:
@@ -166,32 +200,31 @@ class Scored:
             out.append(Blocker("budget", f"over budget ({total} > {budget})"))
         return out
 
-    def _runs(self) -> tuple[tuple[int, Line], ...]:
-        g = self.group
+    def _runs(self) -> RankedLines:
+        runs = self.group.runs
         if self.timing.est_blocker is not None:
-            return g.runs[3]
+            return runs.cannot_run
         if self.structural:
-            return g.runs[2]
+            return runs.blocked
         if self.taken_by is not None:
-            return g.runs[1]
+            return runs.held
         if not self.avoided:
-            return g.runs[0]
-        clean = Line.of([mem for mem in g.members if not mem.sold_out and mem not in self.avoided])
-        blocked = Line.of([mem for mem in g.members if mem.sold_out or mem in self.avoided])
-        return tuple((r, line) for r, line in ((0, clean), (1, blocked)) if line.members)
+            return runs.open
+        members = self.group.members
+        clean = Line.of([mem for mem in members if not mem.sold_out and mem not in self.avoided])
+        blocked = Line.of([mem for mem in members if mem.sold_out or mem in self.avoided])
+        return tuple((r, line) for r, line in ((Rank.FEASIBLE, clean), (Rank.WAITING, blocked)) if line.members)
 
-    def best(self) -> tuple[tuple, Member, int]:
-        """This group's first member in planner order: (sort key, member, rank)."""
-        return min(((r, self.prefix, line.members[0].tail), line.members[0], r) for r, line in self.runs)
-
-
-Pick = tuple[Scored, Member, int]  # a candidate: its group's score, which member, its rank
+    def best(self) -> tuple[SortKey, Pick]:
+        """This group's first member in planner order, and its sort key."""
+        return min((SortKey(r, self.prefix, line.members[0].tail), Pick(self, line.members[0], r))
+                   for r, line in self.runs)
 
 
 class Scorer:
     """One job's groups, each scored once and shared by every filter the planner tries for it."""
 
-    def __init__(self, book: Book, job: PlanJob) -> None:
+    def __init__(self, book: CandidateBook, job: PlanJob) -> None:
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
         self._base: dict[int, Decimal | None] = {}  # est key -> _base_hours
@@ -219,10 +252,11 @@ class Scorer:
 
     def rank(self, f: Filter) -> Ranking:
         """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
-        and a bundle of new machines enters as one placeholder (``Lazy``) until the ranking reaches it."""
+        and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
         matching, heap = self.book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        rank = 2 if self.past_deadline else 0  # the best a placeholder's candidates can have
+        nodes, expected_cost = self._nodes, cost.expected_cost
+        best = Rank.BLOCKED if self.past_deadline else Rank.FEASIBLE  # the best rank a placeholder's candidates have
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
@@ -230,8 +264,9 @@ class Scorer:
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
-                    heap.append(((rank, (True, self._cost_on(g, hours)), ()), -1 - g.index, Lazy(bundle), None,
-                                 None, None))
+                    hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
+                    floor: Floor = (True, expected_cost(hourly.amount, hours))  # new machines, at least this
+                    heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
                     continue
             t = self._timing(g)
             for g in bundle:
@@ -239,30 +274,28 @@ class Scorer:
         heapq.heapify(heap)
         return Ranking(self, matching, heap)
 
-    def scored(self, g: Group, t: Timing | None = None, cost: Decimal | None = None) -> Scored:
-        """``g`` scored in full (once); ``cost``, when the caller has it, is ``_cost(g, t)``."""
+    def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
+        """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
         s = self._scored[g.index]
         if s is None:
-            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t, cost)
+            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t, prefix)
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
         """``rank(f).first()`` when that is feasible or only waits on stock, else None, scoring fewer groups."""
         if self.past_deadline:
             return None  # no need to estimate what the relaxed filter adds
-        heads = []
+        heads: list[tuple[SortKey, Pick]] = []
         for bundle in self.book.matching(f):
             t = self._timing(bundle[0])
             if t.est_blocker is not None or t.late is not None:
-                continue  # rank 2 or 3 whatever it costs
+                continue  # BLOCKED or CANNOT_RUN whatever it costs
             for g in bundle:
                 s = self.scored(g, t)
                 if not s.structural:
-                    heads.extend(((r, s.prefix, line.members[0].tail), line.members[0], r, s) for r, line in s.runs)
-        if not heads:
-            return None
-        _, mem, r, s = min(heads)
-        return s, mem, r
+                    heads.extend((SortKey(r, s.prefix, line.members[0].tail), Pick(s, line.members[0], r))
+                                 for r, line in s.runs)
+        return min(heads)[1] if heads else None
 
     def _base_hours(self, g: Group) -> Decimal | None:
         """The estimate's hours as ``Timing.hours_dec`` would read them (before interruptions), when it fits."""
@@ -299,23 +332,18 @@ class Scorer:
 
     def _time(self, g: Group) -> Timing:
         est = self._estimate(g)
-        start = self.book.start_new if g.not_warm else self.book.now
+        start = self.book.start_new if g.not_warm else self.book.now  # cost.start
         if isinstance(est, str) or not est.fits or not math.isfinite(est.hours):
             return self._cannot_run(g, est, start)
-        spot, deadline = g.capacity is Capacity.spot, self._deadline
+        deadline = self._deadline
         h = base = est.hours
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
-        if spot:
-            n = g.rate * self._nodes * h
-            if self._resumes and est.epoch_hours is not None:
-                lost = est.epoch_hours / 2  # resumes from the last epoch's checkpoint
-            else:
-                lost = h / 2  # no checkpoint: on average half the work is redone
-            k, restart = 1.5 * n + 1, self.book.policy.restart_hours
-            h = base + (n * restart + min(n * lost, base))
+        if g.capacity is Capacity.spot:
+            checkpoint = est.epoch_hours if self._resumes else None  # else it restarts from scratch
+            n, h, bad = cost.on_spot(base, g.rate, self._nodes, checkpoint, self.book.policy.restart_hours)
             if deadline is not None:
-                worst_at = start + timedelta(hours=base + (k * restart + min(k * lost, base)))
+                worst_at = start + timedelta(hours=bad)
             hours_dec = Decimal(repr(h))
         else:
             hours_dec = self._base_hours(g)  # h is the estimate's hours: their Decimal is made already
@@ -324,9 +352,9 @@ class Scorer:
         late: Literal["deadline", "spot_risk"] | None = None
         if deadline is not None:
             assert self._cutoff is not None
-            # Spot must also survive its bad case (interrupted 1.5 x as often as expected, plus
-            # once more late in the run, the rest run on-demand) by the deadline itself. The
-            # safety margin covers estimate error; this net covers interruption bad luck.
+            # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
+            # plus once more late in the run) by the deadline itself. The safety margin covers estimate
+            # error; this net covers interruption bad luck.
             if finish > self._cutoff:
                 late = "deadline"
             elif worst_at is not None and not self.book.policy.naive_spot and worst_at > deadline:
@@ -342,12 +370,12 @@ class Scorer:
         return Timing(g.capacity, blocker, 0.0, 0.0, _ZERO_HOURS, start, start, None, None,
                       est.physical_batch if isinstance(est, Figures) else None)
 
-    def _enter(self, g: Group, t: Timing, heap: list[tuple]) -> None:
-        """Add ``g``'s lines to ``heap``: ((rank, prefix, first tail), 0, line, rank, group, timing).
+    def _enter(self, g: Group, t: Timing, heap: list[Entry | Placeholder]) -> None:
+        """Add an ``Entry`` per line of ``g``'s candidates to ``heap``.
 
-        The hot loop of planning (~30 groups a job). A new machine for a job that avoids nothing (nearly
-        every group) needs only its cost and the rank ``Scored._runs`` would give it; a ``Scored`` is
-        made later for the few candidates a decision shows. Fleet slots and avoiding jobs score in full.
+        The hot loop of planning. A new machine for a job that avoids nothing (nearly every group) needs
+        only its cost and the rank ``Scored._runs`` would give it; a ``Scored`` is made later for the few
+        candidates a decision shows. Fleet slots and avoiding jobs score in full.
         """
         s = self._scored[g.index]
         if s is None and g.slot is None and not self.job.avoid:
@@ -355,51 +383,49 @@ class Scorer:
             return
         s = s or self.scored(g, t)
         for r, line in s.runs:
-            heap.append(((r, s.prefix, line.members[0].tail), 0, line, r, g, t))
+            heap.append(_new(Entry, (r, s.prefix, line.members[0].tail, 0, line, g, t)))
 
-    def _add_entries(self, out: list[tuple], groups: Sequence[Group], t: Timing) -> None:
+    def _add_entries(self, out: list[Entry | Placeholder], groups: Sequence[Group], t: Timing) -> None:
         """The heap entries of new machines for a job that avoids nothing, ``groups`` sharing ``t``: the
         rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
         for a bundle, as this runs for every group a ranking reaches."""
         blocked, late, budget = t.est_blocker is not None, t.late is not None, self._budget
         hours, nodes, finish = t.hours_dec, self._nodes, t.finish
+        expected_cost = cost.expected_cost
         for g in groups:
             hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
-            cost = (hourly.amount * hours).quantize(_CENT, ROUND_HALF_EVEN)  # as _cost_on
+            c = expected_cost(hourly.amount, hours)
             if blocked:
-                runs = g.runs[3]
-            elif late or (budget is not None and self._budget_total(cost) > budget.amount):
-                runs = g.runs[2]  # structural: late or over budget (a new machine has no reservation to outlast)
+                runs = g.runs.cannot_run
+            elif late or (budget is not None and self._budget_total(c) > budget.amount):
+                runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
             else:
-                runs = g.runs[0]
-            prefix = (g.not_reserved, cost, g.not_warm, finish, g.provider, g.region)  # as Scored.prefix
+                runs = g.runs.open
+            prefix = _new(Prefix, (g.not_reserved, c, g.not_warm, finish, g.provider, g.region))  # as _score's
             for r, line in runs:
-                out.append(((r, prefix, line.members[0].tail), 0, line, r, g, t))
+                out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
     def _cost(self, g: Group, t: Timing) -> Decimal:
-        return self._cost_on(g, t.hours_dec)
-
-    def _cost_on(self, g: Group, hours: Decimal) -> Decimal:
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
-        return (hourly.amount * hours).quantize(_CENT, ROUND_HALF_EVEN)  # positional: a keyword costs 2x
+        return cost.expected_cost(hourly.amount, t.hours_dec)
 
-    def _budget_total(self, cost: Decimal) -> Decimal:
-        """``cost`` plus what the job has spent, in the budget's currency."""
-        total = cost * self._budget_rate
+    def _budget_total(self, c: Decimal) -> Decimal:
+        """Cost ``c`` plus what the job has spent, in the budget's currency."""
+        total = c * self._budget_rate
         return total if self._spent is None else total + self._spent
 
-    def _score(self, g: Group, t: Timing, cost: Decimal | None = None) -> Scored:
+    def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
         """A group's cost and blockers, in full."""
-        if cost is None:
-            cost = self._cost(g, t)
-        s = Scored(g, t, self.book.hourly(g, self._nodes), cost,
-                   (g.not_reserved, cost, g.not_warm, t.finish, g.provider, g.region))
+        if prefix is None:
+            prefix = _new(Prefix, (g.not_reserved, self._cost(g, t), g.not_warm, t.finish, g.provider, g.region))
+        c = prefix.cost
+        s = Scored(g, t, self.book.hourly(g, self._nodes), c, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
             s.reservation = g.until is not None and t.finish > g.until
             if self._budget is not None:
-                s.budget_total = self._budget_total(cost)
+                s.budget_total = self._budget_total(c)
                 s.over_budget = s.budget_total > self._budget.amount
             s.structural = t.late is not None or s.reservation or s.over_budget
         if g.slot is not None:
@@ -410,60 +436,76 @@ class Scorer:
         return s
 
 
-class Lazy:
-    """One bundle of new machines (groups sharing a timing) for one job, timed and costed only when a
-    ranking reaches it: most decisions show a few cheap bundles, and never read the others' numbers.
+# --- the heap ------------------------------------------------------------------------
 
-    Its heap entry (a placeholder) sorts before every candidate of the bundle: the rank they can have at
-    best (0, or 2 once the deadline has passed: ``Scorer.past_deadline``) and the cheapest group's cost
-    (``Book.matching`` sorts a bundle by price) on the estimate's hours, which interruptions only add to;
-    each step of ``Scorer._cost`` keeps that order. Popped, it gives way to the bundle's candidates
-    (``Scorer._add_entries``). Placeholders (``Scorer.rank``) read ((rank, (True, floor), ()), -1 - first group's
-    index, this, None, None, None): candidates have a member index >= 0 second and longer prefixes, so keys
-    never tie.
-    Nothing here refers back to the scorer: no reference cycles for the collector to find.
+
+class Entry(NamedTuple):
+    """A line of candidates in a ranking's heap, keyed by its member at ``index`` (a ``SortKey``, then
+    ``index``). Members' tails differ, so two entries never tie on the key, and neither does an entry and
+    a ``Placeholder``; the fields after ``index`` are never compared."""
+
+    rank: Rank
+    prefix: Prefix
+    tail: Tail  # of the member at ``index``
+    index: int  # into the list walked (``Line.members``, or ``Line.firsts`` for runners-up); 0 in the heap
+    line: Line
+    group: Group
+    timing: Timing
+
+
+# A placeholder's prefix, (not_reserved, cost): True (new machines) and the cheapest group's cost on the
+# estimate's hours, which reclaims only add to. No candidate of its bundle sorts before it: at an equal
+# cost it still sorts first, as a tuple sorts before the longer ones it begins. (A plain tuple: nothing
+# reads its fields, and the heap gets one per bundle.)
+Floor = tuple[bool, Decimal]
+
+
+class Placeholder(NamedTuple):
+    """A bundle of new machines (groups sharing a timing) for one job, not timed nor costed until the ranking
+    reaches it (``Ranking._expand``): most decisions show a few cheap bundles, and never read the others'
+    numbers.
+
+    It sorts before every candidate of its bundle: the rank they can have at best and the cheapest group's
+    cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours, which reclaims only
+    add to; each step of ``cost.expected_cost`` keeps that order. Its order is negative, below every
+    ``Entry.index``, and distinct per placeholder, so keys never tie and ``bundle`` is never compared.
     """
 
-    __slots__ = ("groups", "timing", "_entries")
-
-    def __init__(self, groups: list[Group]) -> None:
-        self.groups = groups
-        self.timing: Timing | None = None
-        self._entries: list[tuple] | None = None
-
-    def timed(self, sc: Scorer) -> Timing:
-        if self.timing is None:
-            self.timing = sc._timing(self.groups[0])
-        return self.timing
-
-    def entries(self, sc: Scorer) -> list[tuple]:
-        """The bundle's candidates' heap entries (made once)."""
-        if self._entries is None:
-            self._entries = []
-            sc._add_entries(self._entries, self.groups, self.timed(sc))
-        return self._entries
-
-
-def _settle(sc: Scorer, heap: list[tuple]) -> None:
-    """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
-    while heap and heap[0][1] < 0:
-        lazy = heapq.heappop(heap)[2]
-        for entry in lazy.entries(sc):
-            heapq.heappush(heap, entry)
+    rank: Rank  # the best its candidates can have: FEASIBLE, or BLOCKED once the deadline has passed
+    prefix: Floor
+    tail: tuple[()]
+    order: int  # -1 - the bundle's first group's index
+    bundle: list[Group]
 
 
 class Ranking:
     """The candidates one filter lets through, best first; a group is scored in full when a caller needs it.
 
-    The heap holds one entry per line of candidates, ((rank, prefix, first tail), 0, line, rank, group,
-    timing), and placeholders for bundles not reached yet (``Lazy``).
+    The heap holds an ``Entry`` per line of candidates, and a ``Placeholder`` per bundle not reached yet.
+    Nothing here refers back to the ranking: no reference cycles for the collector to find.
     """
 
-    def __init__(self, scorer: Scorer, matching: list[list[Group]], heap: list[tuple]) -> None:
+    def __init__(self, scorer: Scorer, matching: list[list[Group]], heap: list[Entry | Placeholder]) -> None:
         self.scorer = scorer
         self._matching = matching
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
+        self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
+
+    def _expand(self, p: Placeholder) -> list[Entry]:
+        """A placeholder's candidates: its bundle timed, and its groups' heap entries (made once)."""
+        entries = self._expanded.get(p.order)
+        if entries is None:
+            entries = self._expanded[p.order] = []
+            sc = self.scorer
+            sc._add_entries(entries, p.bundle, sc._timing(p.bundle[0]))
+        return entries
+
+    def _settle(self, heap: list[Entry | Placeholder]) -> None:
+        """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
+        while heap and type(heap[0]) is Placeholder:
+            for entry in self._expand(heapq.heappop(heap)):
+                heapq.heappush(heap, entry)
 
     @property
     def bundles(self) -> list[tuple[Timing, list[Group]]]:
@@ -477,24 +519,24 @@ class Ranking:
         """Every group, scored in full."""
         return [self.scorer.scored(g, t) for t, groups in self.bundles for g in groups]
 
-    def _walk(self) -> list[tuple]:
+    def _walk(self) -> list[Entry | Placeholder]:
         """A copy of the heap to walk, a candidate on top."""
-        _settle(self.scorer, self._heap)  # the same candidates: placeholders at the top expanded for every walk
+        self._settle(self._heap)  # the same candidates: placeholders at the top expanded for every walk
         return self._heap[:]
 
     def picks(self) -> Iterator[Pick]:
         """Every candidate, best first (a fresh iteration each call)."""
-        heap = self._walk()
+        heap, sc = self._walk(), self.scorer
         while heap:
-            key, i, line, r, g, t = heap[0]
+            r, prefix, _, i, line, g, t = heap[0]
             ms = line.members
-            yield self.scorer.scored(g, t, key[1][1]), ms[i], r
+            yield _new(Pick, (sc.scored(g, t, prefix), ms[i], r))
             i += 1
             if i < len(ms):
-                heapq.heapreplace(heap, ((r, key[1], ms[i].tail), i, line, r, g, t))
+                heapq.heapreplace(heap, _new(Entry, (r, prefix, ms[i].tail, i, line, g, t)))
             else:
                 heapq.heappop(heap)
-            _settle(self.scorer, heap)
+            self._settle(heap)
 
     def distinct(self, seen: set[int], limit: int) -> list[Pick]:
         """The best ``limit`` candidates, skipping any whose ``Member.shape`` is in ``seen``; adds theirs.
@@ -507,22 +549,22 @@ class Ranking:
             return []
         heap, out, sc = self._walk(), [], self.scorer
         while heap:
-            key, i, line, r, g, t = heap[0]
+            r, prefix, _, i, line, g, t = heap[0]
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
-                out.append((sc.scored(g, t, key[1][1]), ms[i], r))
+                out.append(_new(Pick, (sc.scored(g, t, prefix), ms[i], r)))
                 if len(out) == limit:
                     break
             i += 1
             while i < len(ms) and ms[i].shape in seen:  # its shape came out of another line
                 i += 1
             if i < len(ms):
-                heapq.heapreplace(heap, ((r, key[1], ms[i].tail), i, line, r, g, t))
+                heapq.heapreplace(heap, _new(Entry, (r, prefix, ms[i].tail, i, line, g, t)))
             else:
                 heapq.heappop(heap)
-            if heap and heap[0][1] < 0:
-                _settle(sc, heap)
+            if heap and type(heap[0]) is Placeholder:
+                self._settle(heap)
         return out
 
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
@@ -532,20 +574,20 @@ class Ranking:
         twice: placeholders expanded in it are gone from it.)"""
         sc, found = self.scorer, []
         for entry in self._heap:
-            if entry[1] >= 0:
-                if keep(entry[5]):
-                    found.append(entry)
-            elif keep(entry[2].timed(sc)):
-                found.extend(entry[2].entries(sc))
-        key, _, line, r, g, t = min(found)
-        return sc.scored(g, t, key[1][1]), line.members[0], r
+            if type(entry) is Placeholder:
+                if keep(sc._timing(entry.bundle[0])):
+                    found.extend(self._expand(entry))
+            elif keep(entry.timing):
+                found.append(entry)
+        r, prefix, _, _, line, g, t = min(found)
+        return Pick(sc.scored(g, t, prefix), line.members[0], r)
 
     def first(self) -> Pick | None:
-        _settle(self.scorer, self._heap)
+        self._settle(self._heap)
         if not self._heap:
             return None
-        key, _, line, r, g, t = self._heap[0]
-        return self.scorer.scored(g, t, key[1][1]), line.members[0], r
+        r, prefix, _, _, line, g, t = self._heap[0]
+        return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
 
 
 def fmt_hours(delta: timedelta) -> str:

@@ -28,7 +28,6 @@ spend it, progress does not. Policies:
     round trips the slack can pay), so scarce slack goes to the long spells; OD
     is released to idle only with the reserve plus four changeovers of slack.
 - ``greedy``: spot whenever available, wait otherwise; the paper's safety net.
-- ``greedy``: spot whenever available, wait otherwise; the paper's safety net.
 - ``uniform_progress``: the paper's Uniform Progress with its hysteresis.
 - ``od_only``: on-demand from the start.
 """

@@ -29,7 +29,8 @@ from scheduler.errors import UserError
 from scheduler.jobs.jobfile import parse_job
 from scheduler.models import JobSpec, Kind, Offer
 from scheduler.money import CURRENCIES, FxRates
-from scheduler.simulation.lower_bound import PricedCatalog
+from scheduler.planner.allowed import OfferFilter
+from scheduler.simulation.lower_bound_options import PricedCatalog
 from scheduler.simulation.trace_file import TraceEntry, dump_trace
 
 __all__ = ["expected_jobs", "generate_month", "main", "scale_for_jobs"]
@@ -346,11 +347,8 @@ def _follow_ups(train: JobSpec, at: datetime, hours: float, team: _Team, ctx: _C
 
 def _engine_gpus(team: _Team, ctx: _Context) -> tuple[str, ...]:
     """The site-server GPUs the team can rent one of, to build its TensorRT engine on."""
-    rentable = {
-        o.gpu for o in ctx.offers
-        if o.gpu_count == 1 and (team.providers is None or o.provider in team.providers)
-        and (team.regions is None or o.region in team.regions)
-    }
+    one_gpu = OfferFilter(None, 1, team.providers, team.regions)  # any GPU, as the team's job files place it
+    rentable = {o.gpu for o in ctx.offers if one_gpu.admits(o)}
     return tuple(g for g in _ENGINE_GPUS if g in rentable) or _ENGINE_GPUS
 
 

@@ -515,6 +515,19 @@ def test_baselines_ignore_the_restart_budget(strategy: str) -> None:
     assert spot_allowed(9, 2, policy) is policy.naive_spot
 
 
+@pytest.mark.parametrize("wanted", ["auto", "spot", "on-demand", "reserved"])
+@pytest.mark.parametrize(("preemptions", "max_restarts"), [(0, 10), (9, 10), (0, 0)])
+def test_the_planner_only_narrows_what_the_job_file_allows(wanted: str, preemptions: int, max_restarts: int) -> None:
+    # One definition of what a job file allows (planner.allowed, which the lower bound reads as it is);
+    # the planner's own rule (the restart budget) may take capacities away, never add one.
+    from scheduler.planner.allowed import job_capacities
+    from scheduler.planner.plan import _planner_capacities
+
+    allowed = job_capacities(wanted)
+    narrowed = _planner_capacities(wanted, preemptions, max_restarts, POLICY)
+    assert narrowed <= allowed and (narrowed == allowed or (wanted == "auto" and Capacity.spot not in narrowed))
+
+
 def test_an_offer_with_a_gpu_the_model_does_not_know_is_skipped_not_fatal() -> None:
     offers = [make_offer("mystery.xlarge", gpu="MI300X", od="0.10 USD", spot=None), make_offer("g5.xlarge")]
     d = decide(make_job(), offers)
@@ -570,10 +583,10 @@ def test_same_inputs_in_any_order_give_the_same_plan(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: int) -> None:
-    # planner_rank ranks most groups from a cost and a rank alone and scores only what a decision
+    # planner.rank ranks most groups from a cost and a rank alone and scores only what a decision
     # shows; the order must be the one full scores give (rank, prefix, member), candidate by candidate.
+    from scheduler.planner.book import CandidateBook
     from scheduler.planner.plan import _canonical_fleet, _Planning
-    from scheduler.planner.rank import Book
 
     rng = random.Random(seed)
     offers = [make_offer(f"t{i % 4}.xlarge", region=rng.choice(["us-east-1", "us-west-2"]),
@@ -586,7 +599,7 @@ def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: i
     job = make_job(deadline_h=rng.choice([None, -5, 0.5, 3, 48]), budget=rng.choice([None, "5 CNY", "500 CNY"]),
                    kind=rng.choice(["train", "infer"]), epochs=rng.choice([1, 10]), img_size=rng.choice([640, 1280]),
                    avoid=frozenset({f"{offers[0].key}|spot"}) if rng.random() < 0.3 else frozenset())
-    p = _Planning(job, Book(offers, _canonical_fleet(fleet), NOW, POLICY, None))
+    p = _Planning(job, CandidateBook(offers, _canonical_fleet(fleet), NOW, POLICY, None))
     lazy = [(s.group.index, mem.tail, r) for s, mem, r in p.ranking.picks()]
     full = sorted(((r, s.prefix, mem.tail), s.group.index, r) for s in p.ranking.scored
                   for r, line in s.runs for mem in line.members)

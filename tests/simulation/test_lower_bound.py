@@ -19,7 +19,8 @@ from scheduler.jobs.jobfile import parse_job
 from scheduler.jobs.perf import estimate
 from scheduler.models import Capacity, JobSpec, Offer, Price, ReservedCapacity
 from scheduler.money import FxRates, Money
-from scheduler.simulation.lower_bound import PricedCatalog, feasible_options, lower_bound
+from scheduler.simulation.lower_bound import lower_bound
+from scheduler.simulation.lower_bound_options import PricedCatalog, feasible_options
 from scheduler.simulation.trace_file import TraceEntry
 from scheduler.simulation.traces import generate_month
 

@@ -16,7 +16,7 @@ from scheduler.errors import JobFileError, UserError
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.models import Kind
 from scheduler.money import FxRates
-from scheduler.simulation.lower_bound import PricedCatalog
+from scheduler.simulation.lower_bound_options import PricedCatalog
 from scheduler.simulation.trace_file import TraceEntry, dump_trace, entry_json, load_trace
 from scheduler.simulation.traces import expected_jobs, generate_month, main, scale_for_jobs
 
