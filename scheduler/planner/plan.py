@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING
-from typing import Literal, TypeVar
+from typing import Literal, TypedDict, TypeVar, Unpack
 
 from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
@@ -116,7 +116,8 @@ def built(cls: type[_M], fields: dict) -> _M:
     return m
 
 
-_ALL_SET = {cls: set(cls.model_fields) for cls in (Option, Decision)}  # never changed (see ``built``)
+# Never changed (see ``built``).
+_ALL_SET: dict[type[Frozen], set[str]] = {cls: set(cls.model_fields) for cls in (Option, Decision)}
 
 
 # --- candidates -------------------------------------------------------------------
@@ -422,12 +423,20 @@ def _no_match_reason(p: _Planning) -> str:
 _Hint = Callable[["Offer | Group", Capacity], str]  # both carry gpu, region and provider
 
 
+class _Lifted(TypedDict, total=False):
+    """The offer filters ``_relaxations`` lifts (None: any)."""
+
+    gpus: None
+    providers: None
+    regions: None
+
+
 def _relaxations(job: PlanJob, policy: PlannerPolicy) -> list[tuple[Filter, _Hint]]:
     """The job's filter with one of its own filters lifted, and how to tell the user to lift it."""
     spec = job.spec
     f = _filter(job, policy)
 
-    def lifted(**offer_filters: None) -> Filter:
+    def lifted(**offer_filters: Unpack[_Lifted]) -> Filter:
         return f._replace(offers=f.offers._replace(**offer_filters))
 
     out: list[tuple[Filter, _Hint]] = []

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast, final
 
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
@@ -253,6 +253,7 @@ class Scorer:
     def rank(self, f: Filter) -> Ranking:
         """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
         and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
+        heap: list[Entry | Placeholder]
         matching, heap = self.book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
         nodes, expected_cost = self._nodes, cost.expected_cost
@@ -260,7 +261,7 @@ class Scorer:
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
-                hours = self._base.get(g.est_keys[self._by_gpu], False)
+                hours: Decimal | Literal[False] | None = self._base.get(g.est_keys[self._by_gpu], False)
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
@@ -300,7 +301,7 @@ class Scorer:
     def _base_hours(self, g: Group) -> Decimal | None:
         """The estimate's hours as ``Timing.hours_dec`` would read them (before interruptions), when it fits."""
         key = g.est_keys[self._by_gpu]
-        got = self._base.get(key, False)
+        got: Decimal | Literal[False] | None = self._base.get(key, False)
         if got is False:
             est = self._estimate(g)
             fits = isinstance(est, Figures) and est.fits and math.isfinite(est.hours)
@@ -339,6 +340,7 @@ class Scorer:
         h = base = est.hours
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
+        hours_dec: Decimal | None
         if g.capacity is Capacity.spot:
             checkpoint = est.epoch_hours if self._resumes else None  # else it restarts from scratch
             n, h, bad = cost.on_spot(base, g.rate, self._nodes, checkpoint, self.book.policy.restart_hours)
@@ -385,7 +387,8 @@ class Scorer:
         for r, line in s.runs:
             heap.append(_new(Entry, (r, s.prefix, line.members[0].tail, 0, line, g, t)))
 
-    def _add_entries(self, out: list[Entry | Placeholder], groups: Sequence[Group], t: Timing) -> None:
+    def _add_entries(self, out: list[Entry] | list[Entry | Placeholder], groups: Sequence[Group],
+                     t: Timing) -> None:
         """The heap entries of new machines for a job that avoids nothing, ``groups`` sharing ``t``: the
         rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
         for a bundle, as this runs for every group a ranking reaches."""
@@ -411,7 +414,7 @@ class Scorer:
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
-        total = c * self._budget_rate
+        total = c * cast(Decimal, self._budget_rate)  # set in __init__ whenever _budget is, and only then called
         return total if self._spent is None else total + self._spent
 
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
@@ -440,14 +443,14 @@ class Scorer:
 
 
 class Entry(NamedTuple):
-    """A line of candidates in a ranking's heap, keyed by its member at ``index`` (a ``SortKey``, then
-    ``index``). Members' tails differ, so two entries never tie on the key, and neither does an entry and
-    a ``Placeholder``; the fields after ``index`` are never compared."""
+    """A line of candidates in a ranking's heap, keyed by its member at ``pos`` (a ``SortKey``, then
+    ``pos``). Members' tails differ, so two entries never tie on the key, and neither does an entry and
+    a ``Placeholder``; the fields after ``pos`` are never compared."""
 
     rank: Rank
     prefix: Prefix
-    tail: Tail  # of the member at ``index``
-    index: int  # into the list walked (``Line.members``, or ``Line.firsts`` for runners-up); 0 in the heap
+    tail: Tail  # of the member at ``pos``
+    pos: int  # into the list walked (``Line.members``, or ``Line.firsts`` for runners-up); 0 in the heap
     line: Line
     group: Group
     timing: Timing
@@ -460,6 +463,7 @@ class Entry(NamedTuple):
 Floor = tuple[bool, Decimal]
 
 
+@final  # never subclassed: ``type(x) is Placeholder`` tells it from an ``Entry`` (and lets mypy narrow both ways)
 class Placeholder(NamedTuple):
     """A bundle of new machines (groups sharing a timing) for one job, not timed nor costed until the ranking
     reaches it (``Ranking._expand``): most decisions show a few cheap bundles, and never read the others'
@@ -468,7 +472,7 @@ class Placeholder(NamedTuple):
     It sorts before every candidate of its bundle: the rank they can have at best and the cheapest group's
     cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours, which reclaims only
     add to; each step of ``cost.expected_cost`` keeps that order. Its order is negative, below every
-    ``Entry.index``, and distinct per placeholder, so keys never tie and ``bundle`` is never compared.
+    ``Entry.pos``, and distinct per placeholder, so keys never tie and ``bundle`` is never compared.
     """
 
     rank: Rank  # the best its candidates can have: FEASIBLE, or BLOCKED once the deadline has passed
@@ -503,8 +507,9 @@ class Ranking:
 
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
         """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
-        while heap and type(heap[0]) is Placeholder:
-            for entry in self._expand(heapq.heappop(heap)):
+        while heap and type(top := heap[0]) is Placeholder:
+            heapq.heappop(heap)  # returns top
+            for entry in self._expand(top):
                 heapq.heappush(heap, entry)
 
     @property
@@ -528,7 +533,7 @@ class Ranking:
         """Every candidate, best first (a fresh iteration each call)."""
         heap, sc = self._walk(), self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = heap[0]
+            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle, leave a line on top
             ms = line.members
             yield _new(Pick, (sc.scored(g, t, prefix), ms[i], r))
             i += 1
@@ -549,7 +554,7 @@ class Ranking:
             return []
         heap, out, sc = self._walk(), [], self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = heap[0]
+            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle below, leave a line on top
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
@@ -572,6 +577,7 @@ class Ranking:
         (its first member is its best), from the heap's entries and those of the placeholders whose
         timing ``keep`` accepts, so only that group is scored in full. (The heap itself holds no entry
         twice: placeholders expanded in it are gone from it.)"""
+        found: list[Entry]
         sc, found = self.scorer, []
         for entry in self._heap:
             if type(entry) is Placeholder:
@@ -586,7 +592,7 @@ class Ranking:
         self._settle(self._heap)
         if not self._heap:
             return None
-        r, prefix, _, _, line, g, t = self._heap[0]
+        r, prefix, _, _, line, g, t = cast(Entry, self._heap[0])  # settled: a candidate's line on top
         return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
 
 

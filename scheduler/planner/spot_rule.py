@@ -194,7 +194,7 @@ class Branch(NamedTuple):
     why: str  # str.format template over the policy's numbers and Facts fields
 
 
-Rows = list[tuple[np.ndarray, Branch]]
+Rows = list[tuple[np.ndarray | bool, Branch]]  # a condition per lane, or True for the last row
 
 
 @dataclass(frozen=True)
