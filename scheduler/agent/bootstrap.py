@@ -45,12 +45,14 @@ def render_user_data(
     package: str = AGENT_PACKAGE,
     gpu: str | None = None,
     gpu_count: int | None = None,
+    cloud: str | None = None,
 ) -> str:
     """A ``#cloud-config`` document; ``max_hours`` bounds the machine's life (shutdown terminates it)
     unless its agent renews its token, which pushes the bound back.
 
     ``gpu`` and ``gpu_count`` are the machine's as the offer sells them: the agent's fallback when
-    it cannot ask the driver (``machine.discover``). An agent that has not started
+    it cannot ask the driver (``machine.discover``). ``cloud`` is the offer's provider (aws, alibaba,
+    tencent): where the agent of a spot machine reads the reclaim notice (``reclaim.py``). An agent that has not started
     ``BOOT_BACKSTOP_MINUTES`` after boot never will: the machine then shuts itself down instead of
     idling until ``max_hours``. The unit runs the long-lived ``gpusched agent``; ``Restart=on-failure``
     restarts an agent that crashed, which asks the daemon for its work again (a job it already
@@ -66,6 +68,8 @@ def render_user_data(
         env_lines.append(f"GPUSCHED_AGENT_GPU={gpu}")
     if gpu_count:
         env_lines.append(f"GPUSCHED_AGENT_GPU_COUNT={gpu_count}")
+    if cloud:
+        env_lines.append(f"GPUSCHED_AGENT_CLOUD={cloud}")
     unit = "\n".join([
         "[Unit]",
         "Description=gpusched on-instance agent",
@@ -103,7 +107,7 @@ def render_user_data(
 
 
 def user_data_for(api_url: str, api_token: str, instance_id: str, now: datetime, est_hours: float,
-                  gpu: str | None = None, gpu_count: int | None = None) -> str:
+                  gpu: str | None = None, gpu_count: int | None = None, cloud: str | None = None) -> str:
     """User-data with a fresh machine token for instance row ``instance_id``, valid ``machine_ttl``.
 
     Every node of a gang is its own instance row, so each gets its own token; the daemon tells each
@@ -111,4 +115,4 @@ def user_data_for(api_url: str, api_token: str, instance_id: str, now: datetime,
     ttl = machine_ttl(est_hours)
     token = agent_token.issue(agent_token.signing_key(api_token), instance_id, now, ttl)
     return render_user_data(api_url=api_url, instance_id=instance_id, token=token,
-                            max_hours=ttl.total_seconds() / 3600, gpu=gpu, gpu_count=gpu_count)
+                            max_hours=ttl.total_seconds() / 3600, gpu=gpu, gpu_count=gpu_count, cloud=cloud)

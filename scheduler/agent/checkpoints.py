@@ -63,11 +63,10 @@ def checkpoint_epoch(path: str | Path) -> int | None:
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
-def snapshot(last_pt: str | Path, epoch: int, into: str | Path) -> Path | None:
-    """A copy of ``last_pt`` if it holds ``epoch`` (0-based) or is final; None when it does not yet.
-
-    The copy is what gets uploaded: training may overwrite last.pt while the upload runs."""
-    src, dst = Path(last_pt), Path(into)
+def complete_copy(src: str | Path, into: str | Path) -> int | None:
+    """Copy a checkpoint to ``into`` and return the epoch the copy holds; None (and no copy) when the file
+    is missing, or not a whole, readable checkpoint (training is writing it)."""
+    src, dst = Path(src), Path(into)
     if not src.is_file():
         return None
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -75,9 +74,26 @@ def snapshot(last_pt: str | Path, epoch: int, into: str | Path) -> Path | None:
     try:
         shutil.copyfile(src, tmp)
     except OSError:
+        tmp.unlink(missing_ok=True)
         return None
     held = checkpoint_epoch(tmp)
-    if held is None or (held != epoch and held != FINAL):
+    if held is None:
+        tmp.unlink(missing_ok=True)
+        return None
+    tmp.replace(dst)
+    return held
+
+
+def snapshot(last_pt: str | Path, epoch: int, into: str | Path) -> Path | None:
+    """A copy of ``last_pt`` if it holds ``epoch`` (0-based) or is final; None when it does not yet.
+
+    The copy is what gets uploaded: training may overwrite last.pt while the upload runs."""
+    dst = Path(into)
+    tmp = dst.with_name(dst.name + ".check")
+    held = complete_copy(last_pt, tmp)
+    if held is None:
+        return None
+    if held != epoch and held != FINAL:
         tmp.unlink(missing_ok=True)
         return None
     tmp.replace(dst)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -45,6 +46,7 @@ from scheduler.lifecycle.agent_reports import (
     report_heartbeat,
     report_hello,
     report_progress,
+    report_reclaiming,
     report_rendezvous,
     work_estimate,
     work_for,
@@ -222,6 +224,8 @@ class AgentProgress(_AgentBody):
     attempt: AttemptNo
     epochs_done: int = Field(ge=0, le=1_000_000)
     checkpoint_uri: str | None = Field(default=None, max_length=1024)
+    # Images per GPU that trained an epoch on this machine (after halving for CUDA OOM, what fitted).
+    physical_batch: int | None = Field(default=None, ge=1, le=4096)
 
 
 class AgentFinished(_AgentBody):
@@ -229,6 +233,15 @@ class AgentFinished(_AgentBody):
     attempt: AttemptNo
     ok: bool
     message: str = Field(default="", max_length=2000)
+    outputs: str | None = Field(default=None, max_length=1024, pattern=r"^(s3|oss|cos)://\S+$")
+
+
+class AgentReclaiming(_AgentBody):
+    """The cloud's spot reclaim notice, passed on by the machine's agent: the machine goes at ``at``."""
+
+    job_id: JobId
+    attempt: AttemptNo
+    at: datetime
 
 
 class AgentRendezvous(_AgentBody):
@@ -337,7 +350,8 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
         with store.session() as s:
             problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
             if problem is None:
-                report_progress(s, body.job_id, body.attempt, body.epochs_done, body.checkpoint_uri, clock.now())
+                report_progress(s, body.job_id, body.attempt, body.epochs_done, body.checkpoint_uri, clock.now(),
+                                physical_batch=body.physical_batch)
         if problem is not None:
             raise problem
         return Response(status_code=204)
@@ -347,10 +361,26 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
         with store.session() as s:
             problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
             if problem is None:
-                report_finished(s, body.job_id, body.attempt, body.ok, clock.now(), body.message)
+                report_finished(s, body.job_id, body.attempt, body.ok, clock.now(), body.message, body.outputs)
         if problem is not None:
             raise problem
-        log.info("agent_finished", job_id=body.job_id, attempt=body.attempt, instance=instance_id, ok=body.ok)
+        log.info("agent_finished", job_id=body.job_id, attempt=body.attempt, instance=instance_id, ok=body.ok,
+                 outputs=body.outputs)
+        return Response(status_code=204)
+
+    @router.post("/reclaiming", status_code=204)
+    def reclaiming(body: AgentReclaiming, instance_id: str = Depends(machine)) -> Response:
+        """Any node may pass its notice on: losing one node of a gang loses the gang."""
+        at = body.at if body.at.tzinfo is not None else body.at.replace(tzinfo=timezone.utc)
+        with store.session() as s:
+            problem = refusal(s, instance_id, body.job_id, body.attempt)
+            if problem is None and not report_reclaiming(s, instance_id, body.job_id, body.attempt,
+                                                         at.astimezone(timezone.utc), clock.now()):
+                problem = not_yours(body.job_id, body.attempt)
+        if problem is not None:
+            raise problem
+        log.warning("agent_reclaiming", job_id=body.job_id, attempt=body.attempt, instance=instance_id,
+                    at=at.isoformat())
         return Response(status_code=204)
 
     return router

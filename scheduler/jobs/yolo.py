@@ -209,15 +209,21 @@ def train_command(
     return argv
 
 
-_OPT_LINE = {key: re.compile(rf"^{key}:[^\n]*$", re.MULTILINE) for key in ("batch_size", "device")}
+_OPT_LINE = {key: re.compile(rf"^{key}:[^\n]*$", re.MULTILINE)
+             for key in ("batch_size", "device", "data", "workers", "save_dir")}
+_PLAIN_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 
 
-def resume_opt_patch(opt_yaml_text: str, batch: int, *, device: str | None = None) -> str:
+def resume_opt_patch(opt_yaml_text: str, batch: int, *, device: str | None = None, data: str | None = None,
+                     workers: int | None = None, save_dir: str | None = None) -> str:
     """Rewrite a run's opt.yaml so a resume fits the new machine; everything else is kept byte for byte.
 
     ``--resume`` replaces all command-line options with opt.yaml, so a smaller
     GPU (``batch``) or a different GPU count (``device``, e.g. ``"0,1"``) has to
-    be written there.
+    be written there. ``data`` (the staged data.yaml), ``workers`` (dataloader
+    processes) and ``save_dir`` (the run folder) follow the new machine too, where
+    the file has them: a line that is not there is left out (``batch_size`` and
+    ``device`` must be there).
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
@@ -226,17 +232,33 @@ def resume_opt_patch(opt_yaml_text: str, batch: int, *, device: str | None = Non
         if not re.fullmatch(r"\d+(,\d+)*|cpu", device):
             raise ValueError(f"device must look like '0', '0,1,2,3' or 'cpu', not {device!r}")
         text = _replace_opt(text, "device", f"'{device}'")
+    if workers is not None:
+        if workers < 0:
+            raise ValueError("workers must be >= 0")
+        text = _replace_opt(text, "workers", str(workers), required=False)
+    for key, path in (("data", data), ("save_dir", save_dir)):
+        if path is not None:
+            text = _replace_opt(text, key, _yaml_path(key, path), required=False)
     return text
 
 
-def _replace_opt(text: str, key: str, value: str) -> str:
+def _yaml_path(key: str, path: str) -> str:
+    """An absolute path as a YAML scalar: plain when it is plain, else single-quoted."""
+    if not path.startswith("/") or "\n" in path or "\0" in path:
+        raise ValueError(f"{key} must be an absolute path on one line, not {path!r}")
+    return path if _PLAIN_PATH.fullmatch(path) else "'" + path.replace("'", "''") + "'"
+
+
+def _replace_opt(text: str, key: str, value: str, *, required: bool = True) -> str:
     pattern = _OPT_LINE[key]
     if not pattern.search(text):
+        if not required:
+            return text
         raise GpuschedError(
             f"opt.yaml has no top-level {key}: line",
             fix="resume needs the opt.yaml YOLOv9 wrote next to weights/; restart the run from its last.pt",
         )
-    return pattern.sub(f"{key}: {value}", text, count=1)
+    return pattern.sub(lambda _m: f"{key}: {value}", text, count=1)
 
 
 # CUDA's and PyTorch's words for "the batch did not fit": torch.cuda.OutOfMemoryError's message, the

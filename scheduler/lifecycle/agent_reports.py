@@ -1,5 +1,6 @@
 """Reports from the on-instance agent: it is up (hello), what it should do (work), it is alive
-(heartbeat), an epoch finished (a new resume point), the job exited.
+(heartbeat), an epoch finished (a new resume point), the cloud gave notice that it takes the
+machine back (a spot reclaim), the job exited.
 
 One long-lived agent runs on each machine and speaks for that instance row (its token names the
 instance, not a job). The HTTP routes (``scheduler/app/api.py``, ``/v1/agent/...``) are thin over
@@ -20,9 +21,11 @@ import structlog
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from scheduler.accounting import ledger
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.perf_learning import learn_from_progress
-from scheduler.lifecycle.transitions import current_attempt, make_idle, release_nodes, set_job
+from scheduler.lifecycle.transitions import current_attempt, make_idle, release_nodes, requeue_after_loss, set_job
+from scheduler.models import JobSpec
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
@@ -92,7 +95,7 @@ def work_for(s: Session, instance_id: str) -> dict[str, Any]:
 
     A job the agent already reported finished is never handed out again: finishing frees the machine."""
     row = s.get(InstanceRow, instance_id)
-    if row is None or I(row.state) not in AGENT_LIVE:
+    if row is None or I(row.state) not in AGENT_LIVE or reclaim_pending(row):
         return {"action": "exit"}
     assigned = assignment_of(s, row) if I(row.state) is I.running else None
     if assigned is None or A(assigned.attempt.state) is not A.running:
@@ -100,7 +103,15 @@ def work_for(s: Session, instance_id: str) -> dict[str, Any]:
     job, attempt = assigned.job, assigned.attempt
     return {"action": "run", "job_id": job.id, "attempt": attempt.number, "spec": job.spec_json,
             "epochs_done": job.epochs_done, "checkpoint_uri": job.checkpoint_uri,
-            "node_rank": assigned.node_rank, "nodes": assigned.nodes, "master_addr": attempt.master_addr}
+            "node_rank": assigned.node_rank, "nodes": assigned.nodes, "master_addr": attempt.master_addr,
+            "capacity": row.capacity}  # a spot machine's agent watches for the cloud's reclaim notice
+
+
+def reclaim_pending(row: InstanceRow) -> bool:
+    """The machine's agent passed on the cloud's notice that it takes the machine back
+    (``report_reclaiming``): it works for nobody, and the tick terminates it
+    (``agent_watch.terminate_reclaimed``)."""
+    return bool(row.preempted) and I(row.state) is I.running
 
 
 def work_estimate(s: Session, instance_id: str) -> float | None:
@@ -148,15 +159,21 @@ def report_hello(s: Session, instance_id: str, now: datetime, *, gpu_name: str, 
 
 
 def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, checkpoint_uri: str | None,
-                    now: datetime, source: Literal["agent", "simulated"] = "agent") -> None:
+                    now: datetime, source: Literal["agent", "simulated"] = "agent", *,
+                    physical_batch: int | None = None) -> None:
     """The agent finished an epoch and uploaded ``last.pt``: that is the new resume point.
 
     The time the epochs took is a sample for the performance model (``perf_learning``).
+    ``physical_batch``: the images per GPU that trained an epoch on this machine (the agent says it
+    once per run, and again after halving the batch for CUDA running out of memory), recorded as a
+    ``batch_fitted`` event for the memory model to learn from.
     """
     job = s.get(JobRow, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return  # a stale report from an older attempt: fenced off
+    if physical_batch is not None:
+        _batch_fitted(s, job, attempt, physical_batch, now)
     if epochs_done > job.epochs_done:
         learn_from_progress(s, job=job, attempt=attempt, epochs_done=epochs_done, now=now, source=source)
         job.epochs_done = epochs_done
@@ -179,12 +196,25 @@ def report_rendezvous(s: Session, job_id: str, attempt_no: int, addr: str, now: 
     return True
 
 
-def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "") -> None:
-    """The agent says the job's process exited; its machine becomes idle and warm."""
+def _batch_fitted(s: Session, job: JobRow, attempt: AttemptRow, per_gpu: int, now: datetime) -> None:
+    row = s.get(InstanceRow, attempt.instance_id) if attempt.instance_id else None
+    spec = JobSpec.model_validate(job.spec_json)
+    img = f", img {spec.train.img_size}" if spec.train is not None else ""
+    on = f" on {row.gpu_count} x {row.gpu}" if row is not None else ""
+    add_event(s, now, "batch_fitted", f"attempt {attempt.number}: a batch of {per_gpu} per GPU trains {job.model}"
+              f"{img}{on}", job_id=job.id, instance_id=attempt.instance_id)
+
+
+def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "",
+                    outputs: str | None = None) -> None:
+    """The agent says the job's process exited; its machine becomes idle and warm. ``outputs``: the
+    object-store prefix the agent uploaded what the job made to (``gpusched status JOB`` shows it)."""
     job = s.get(JobRow, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return
+    if outputs:
+        job.outputs_uri = outputs
     attempt.state = move(ATTEMPT_MOVES, A.running, A.succeeded if ok else A.failed, "attempt")
     attempt.ended_at = now
     attempt.end_epoch = job.epochs_done
@@ -198,3 +228,26 @@ def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: dat
         if row is not None and row.job_id == job.id:
             make_idle(s, row, now)
     release_nodes(s, job, attempt, now)  # the rest of a multi-node gang (rank 0 reports for all)
+
+
+def report_reclaiming(s: Session, instance_id: str, job_id: str, attempt_no: int, at: datetime,
+                      now: datetime) -> bool:
+    """The agent read the cloud's spot reclaim notice (the machine goes at ``at``) and uploaded its last
+    complete checkpoint: the preemption is taken now, not when the cloud's list shows it. The attempt
+    ends preempted and the job goes back to the queue to resume from its last checkpoint (one restart
+    against ``max_restarts``, like any reclaim); the machine works for nobody and is marked for
+    termination (``reclaim_pending``: the tick's ``agent_watch.terminate_reclaimed`` calls the cloud).
+    When the cloud's reclaim shows up later, reconcile finds the machine detached and counts nothing
+    again. Returns False when (job, attempt) is not this machine's running work."""
+    row = s.get(InstanceRow, instance_id)
+    assigned = assigned_attempt(s, instance_id, job_id, attempt_no)
+    if row is None or assigned is None or A(assigned.attempt.state) is not A.running:
+        return False
+    reason = f"spot reclaim notice: the cloud takes the machine at {at.strftime('%Y-%m-%d %H:%M:%S')} UTC"
+    add_event(s, now, "reclaim_notice", f"{reason}; its agent stopped the job", instance_id=row.id, job_id=job_id)
+    ledger.close_interval(s, row.id, now)
+    requeue_after_loss(s, row, now, reason=reason)
+    row.preempted, row.reason = True, reason
+    # It still bills until the cloud takes it: idle time, charged to the team that launched it.
+    ledger.open_interval(s, row, kind="idle", job_id=None, team=row.team, project=row.project, at=now)
+    return True

@@ -13,6 +13,9 @@ machine that is merely cut off from the daemon can never train on beside the job
 A failed call leaves everything as it was for the next tick. The simulated agents
 (``scheduler/simulation/simagent.py``) stamp the heartbeat of every machine they run on, so this
 only fires in a simulation whose agents go silent.
+
+``terminate_reclaimed`` is the tick's half of a spot reclaim notice that a machine's agent passed on
+(``agent_reports.report_reclaiming``): the job is requeued at once, and the machine terminated here.
 """
 
 from __future__ import annotations
@@ -88,3 +91,34 @@ def watch_agents(ctx: TickContext, now: datetime, report: TickReport) -> None:
             requeue_job_of(ctx, s, row, now, reason=why, report=report)
         report.agents_silent += 1
         log.warning("agent_silent", instance=row_id, cloud_id=cloud_id, job=job_id, why=why)
+
+
+def terminate_reclaimed(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    """Terminate the machines whose agents passed on a spot reclaim notice (``agent_reports.report_reclaiming``):
+    their jobs are requeued already; the cloud takes them anyway, but one told to stop (AWS's "stop"
+    action) would wait stopped, so the daemon terminates them itself. A failed call is tried again
+    next tick; a machine the cloud took first is settled by reconcile, which counts nothing twice."""
+    with ctx.store.session(write=False) as s:
+        marked = s.execute(
+            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
+            .where(InstanceRow.state == I.running.value, InstanceRow.preempted.is_(True),
+                   InstanceRow.job_id.is_(None))
+            .order_by(InstanceRow.id)
+        ).all()
+    for row_id, prov, region, cloud_id in marked:
+        provider = ctx.providers.get(prov)
+        if provider is None or cloud_id is None:
+            continue
+        ref = InstanceRef(provider=prov, region=region, instance_id=cloud_id)
+        if not cloud_call(ctx, now, report, lambda ref=ref: provider.terminate(ref), event="reclaim_terminate_failed",
+                          label=f"reclaimed {row_id}", instance=row_id).ok:
+            continue
+        with ctx.store.session() as s:
+            row = s.get(InstanceRow, row_id)
+            if row is None or I(row.state) is not I.running or row.job_id is not None:
+                continue
+            ledger.close_interval(s, row.id, now)
+            set_instance(row, I.terminating)
+            add_event(s, now, "reclaim_terminate", f"{row.reason or 'spot reclaim notice'}: machine terminated",
+                      instance_id=row.id)
+        log.info("reclaimed_terminated", instance=row_id, cloud_id=cloud_id)

@@ -73,7 +73,8 @@ def fleet_slots(ctx: TickContext, s: Session, now: datetime) -> list[FleetSlot]:
     slots: list[FleetSlot] = []
     idle = s.scalars(
         select(InstanceRow)
-        .where(InstanceRow.state == I.running.value, InstanceRow.job_id.is_(None))
+        # A machine whose spot reclaim notice came (``agent_reports.reclaim_pending``) is nobody's slot.
+        .where(InstanceRow.state == I.running.value, InstanceRow.job_id.is_(None), InstanceRow.preempted.is_(False))
         .order_by(InstanceRow.id)
     ).all()
     for row in idle:

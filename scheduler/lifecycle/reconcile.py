@@ -25,25 +25,19 @@ from providers.base import (
 from scheduler.accounting import ledger
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import (
-    current_attempt,
     open_billing,
-    release_nodes,
+    requeue_after_loss,
     set_instance,
-    set_job,
     start_job_on,
 )
-from scheduler.models import JobSpec
 from scheduler.states import (
-    ATTEMPT_MOVES,
     INSTANCE_LIVE,
-    JOB_TERMINAL,
     AttemptState,
     InstanceRowState,
     JobState,
-    move,
 )
 from scheduler.store.database import add_event
-from scheduler.store.tables import InstanceRow, JobRow
+from scheduler.store.tables import InstanceRow
 from scheduler.times import utc
 
 log = structlog.get_logger("gpusched.tick")
@@ -204,42 +198,16 @@ def requeue_job_of(
     """The machine ``row`` is lost to its job (reclaimed, vanished, or its agent went silent): the
     job's attempt ends as preempted, the job counts one restart against ``max_restarts`` and goes back
     to the queue to resume from its last checkpoint (or fails past ``max_restarts``). The row is
-    detached from the job; what becomes of the machine is the caller's business."""
-    job_id, row.job_id = row.job_id, None
-    if not job_id:
+    detached from the job; what becomes of the machine is the caller's business. A row already
+    detached (its agent reported the reclaim notice first: ``agent_reports.report_reclaiming``) counts
+    nothing a second time."""
+    where = f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}|{row.capacity}"
+    job = requeue_after_loss(s, row, now, reason=reason, resume=ctx.resume_after_preemption)
+    if job is None:
         return
-    job = s.get(JobRow, job_id)
-    attempt = current_attempt(s, job_id)
-    if job is None or attempt is None or J(job.state) in JOB_TERMINAL:
-        return
-    attempt.state = move(ATTEMPT_MOVES, A(attempt.state), A.preempted, "attempt")
-    attempt.ended_at = now
-    attempt.end_epoch = job.epochs_done
-    attempt.reason = reason
-    # A gang runs only whole: its other nodes are let go (idle, then reaped), not reused for the
-    # next attempt, which launches a fresh gang (fleet slots are single machines).
-    for other in release_nodes(s, job, attempt, now):
-        add_event(s, now, "gang_released", f"node {row.id} of its gang was lost: {reason}",
-                  instance_id=other.id, job_id=job.id)
-    job.preemptions += 1
     report.preempted += 1
-    spec = JobSpec.model_validate(job.spec_json)
-    set_job(job, J.preempted, now)
-    if job.preemptions > spec.policy.max_restarts:
-        set_job(job, J.failed, now,
-                f"lost its machine {job.preemptions} times (max_restarts {spec.policy.max_restarts})")
-        job.finished_at = now
-    else:
-        if not ctx.resume_after_preemption:
-            # The skypilot-like baseline: code that does not checkpoint starts over, elsewhere.
-            job.epochs_done, job.checkpoint_uri = 0, None
-            ctx.offers.avoid_key(f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}|{row.capacity}", now)
-        unit = {"train": "epoch", "infer": "shard"}.get(job.kind)
-        resume = f"; resumes from {unit} {job.epochs_done}" if unit else ""
-        set_job(job, J.queued, now, f"{reason} on {row.provider} {row.zone} {row.instance_type}{resume}")
-    add_event(s, now, "job_preempted", job.reason or reason, job_id=job.id, instance_id=row.id)
-    log.info("job_preempted", job=job.id, attempt=attempt.number, instance=row.id, reason=reason,
-             epochs_done=job.epochs_done)
+    if not ctx.resume_after_preemption and J(job.state) is J.queued:
+        ctx.offers.avoid_key(where, now)
 
 
 def _terminate_orphan(ctx: TickContext, provider: Provider, cloud: Instance, now: datetime, report: TickReport) -> None:

@@ -83,11 +83,13 @@ class EventView(Frozen):
 
 
 class JobDetail(JobView):
-    """One job with what `status <id>` shows: the spec, the last plan, attempts and recent events."""
+    """One job with what `status <id>` shows: the spec, the last plan, where its outputs went, attempts and
+    recent events."""
 
     spec: dict[str, Any]
     plan: dict[str, Any] | None
     checkpoint_uri: str | None
+    outputs: str | None = None  # the object-store prefix the agent uploaded the job's outputs to
     attempts: list[AttemptView]
     events: list[EventView]
 
@@ -261,6 +263,7 @@ def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDe
             spec=row.spec_json,
             plan=row.plan_json,
             checkpoint_uri=row.checkpoint_uri,
+            outputs=row.outputs_uri,
             attempts=[_attempt_view(a) for a in attempts],
             events=[_event_view(e) for e in reversed(recent)],
         )

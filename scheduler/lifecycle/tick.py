@@ -43,7 +43,7 @@ from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
-from scheduler.lifecycle.agent_watch import watch_agents
+from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
 from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
@@ -108,6 +108,7 @@ def tick(ctx: TickContext) -> TickReport:
             return report
         reconcile(ctx, now, report)
         watch_agents(ctx, now, report)
+        terminate_reclaimed(ctx, now, report)
         steer(ctx, now, report)
         release_cancelled(ctx, now)
         reissue_intents(ctx, now, report)
@@ -395,7 +396,8 @@ def _user_data(ctx: TickContext, row: InstanceRow, attempt: AttemptRow, offer: O
     if token is None:
         return ""
     return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), row.id,
-                         utc(attempt.created_at), attempt.est_hours or 1.0, gpu=offer.gpu, gpu_count=offer.gpu_count)
+                         utc(attempt.created_at), attempt.est_hours or 1.0, gpu=offer.gpu, gpu_count=offer.gpu_count,
+                         cloud=offer.provider)
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:

@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
 from scheduler.lifecycle import gang
+from scheduler.models import JobSpec
 from scheduler.states import (
     ATTEMPT_MOVES,
     INSTANCE_MOVES,
     JOB_MOVES,
+    JOB_TERMINAL,
     AttemptState,
     InstanceRowState,
     JobState,
@@ -93,3 +95,48 @@ def release_nodes(s: Session, job: JobRow, attempt: AttemptRow, now: datetime) -
     for row in rows:
         make_idle(s, row, now)
     return rows
+
+
+def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: str,
+                       resume: bool = True) -> JobRow | None:
+    """The machine ``row`` is lost to its job: the job's attempt ends as preempted, the job counts one
+    restart against ``max_restarts`` and goes back to the queue to resume from its last checkpoint
+    (``resume``; else from scratch), or fails past ``max_restarts``. The row is detached from the job.
+
+    Returns the job when it counted the loss, None when there was nothing to count (the row worked
+    for no job, or its job had already ended): a loss reported twice (the agent's reclaim notice,
+    then the cloud's reclaim) is counted once."""
+    job_id, row.job_id = row.job_id, None
+    if not job_id:
+        return None
+    job = s.get(JobRow, job_id)
+    attempt = current_attempt(s, job_id)
+    if job is None or attempt is None or J(job.state) in JOB_TERMINAL:
+        return None
+    attempt.state = move(ATTEMPT_MOVES, A(attempt.state), A.preempted, "attempt")
+    attempt.ended_at = now
+    attempt.end_epoch = job.epochs_done
+    attempt.reason = reason
+    # A gang runs only whole: its other nodes are let go (idle, then reaped), not reused for the
+    # next attempt, which launches a fresh gang (fleet slots are single machines).
+    for other in release_nodes(s, job, attempt, now):
+        add_event(s, now, "gang_released", f"node {row.id} of its gang was lost: {reason}",
+                  instance_id=other.id, job_id=job.id)
+    job.preemptions += 1
+    spec = JobSpec.model_validate(job.spec_json)
+    set_job(job, J.preempted, now)
+    if job.preemptions > spec.policy.max_restarts:
+        set_job(job, J.failed, now,
+                f"lost its machine {job.preemptions} times (max_restarts {spec.policy.max_restarts})")
+        job.finished_at = now
+    else:
+        if not resume:
+            # The skypilot-like baseline: code that does not checkpoint starts over, elsewhere.
+            job.epochs_done, job.checkpoint_uri = 0, None
+        unit = {"train": "epoch", "infer": "shard"}.get(job.kind)
+        resumes = f"; resumes from {unit} {job.epochs_done}" if unit else ""
+        set_job(job, J.queued, now, f"{reason} on {row.provider} {row.zone} {row.instance_type}{resumes}")
+    add_event(s, now, "job_preempted", job.reason or reason, job_id=job.id, instance_id=row.id)
+    log.info("job_preempted", job=job.id, attempt=attempt.number, instance=row.id, reason=reason,
+             epochs_done=job.epochs_done)
+    return job

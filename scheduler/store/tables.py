@@ -72,6 +72,8 @@ class JobRow(Base):
     epochs_done: Mapped[int] = mapped_column(Integer, default=0)
     epochs_total: Mapped[int | None] = mapped_column(Integer)
     checkpoint_uri: Mapped[str | None] = mapped_column(Text)
+    # Where the agent uploaded what the job made (weights, metrics, exports, labels): an object-store prefix.
+    outputs_uri: Mapped[str | None] = mapped_column(Text)
     reason: Mapped[str | None] = mapped_column(Text)  # why it waits, was refused or failed
     plan_json: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # last decision, with alternatives
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

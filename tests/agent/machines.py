@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+from sqlalchemy import select
+
 from scheduler.agent import tokens as agent_token
 from scheduler.clock import Clock
 from scheduler.store.database import Store
@@ -26,7 +28,8 @@ def machine_row(instance_id: str, clock: Clock, *, job_id: str | None, client_to
 def put_on_machine(store: Store, clock: Clock, job_id: str, attempt: int = 1, *,
                    instance_id: str = "inst-00000000000a", earlier: str = "preempted", **row: object) -> str:
     """Attempt ``attempt`` of the job runs on instance ``instance_id`` (made if new), as the tick leaves
-    it; earlier attempts ended ``earlier``. Returns the instance id."""
+    it; earlier attempts ended ``earlier`` (those already in the store are left as they are). Returns
+    the instance id."""
     with store.session() as s:
         job = s.get(JobRow, job_id)
         job.state, job.attempt = "running", attempt
@@ -36,7 +39,8 @@ def put_on_machine(store: Store, clock: Clock, job_id: str, attempt: int = 1, *,
         else:
             inst.job_id = job_id
         s.flush()  # the attempt refers to the instance row
-        for n in range(1, attempt + 1):
+        have = set(s.scalars(select(AttemptRow.number).where(AttemptRow.job_id == job_id)))
+        for n in (n for n in range(1, attempt + 1) if n not in have):
             s.add(AttemptRow(job_id=job_id, number=n, state="running" if n == attempt else earlier,
                              client_token=f"gs-{job_id}-a{n}", provider=str(row.get("provider", "aws")),
                              region="us-east-1", zone="us-east-1a", instance_type="g5.xlarge",

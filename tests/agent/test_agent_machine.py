@@ -20,6 +20,7 @@ from scheduler.app.api import create_app
 from scheduler.jobs import yolo
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.settings import Settings
+from tests.agent.harness import bucket_for
 from tests.agent.machines import machine_token, put_on_machine
 
 TOKEN = "agent-machine-test-api-token-0123"
@@ -72,7 +73,7 @@ def test_the_job_runs_in_the_checkout_with_the_image_python_and_an_export_that_w
     job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
     cfg = AgentConfig(**machine, workdir=str(tmp_path / "w"), yolov9_dir=str(checkout), python=sys.executable,
                       poll_seconds=0.01)
-    assert run_agent(cfg, http) is False
+    assert run_agent(cfg, http, stores=bucket_for(load_job_file(ROOT / "examples" / "helmet-export.yaml"))) is False
     reason = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["reason"]
     assert "export wrote no onnx, engine files" in reason
     assert "No module named onnxscript" in reason  # the job's own output says why
@@ -90,8 +91,27 @@ def test_an_export_that_wrote_every_format_succeeds(store, sim_clock, tmp_path):
     job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
     cfg = AgentConfig(**machine, workdir=str(tmp_path / "w"), yolov9_dir=str(checkout), python=sys.executable,
                       poll_seconds=0.01)
-    assert run_agent(cfg, http) is True
-    assert http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["state"] == "succeeded"
+    bucket = bucket_for(spec)
+    assert run_agent(cfg, http, stores=bucket) is True
+    detail = http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()
+    assert detail["state"] == "succeeded"
+    # Each format next to the weights it came from, and the job says where.
+    folder = "s3://vision-qa-models/safety-helmet/helmet-s-v3/"
+    assert bucket.objects[folder + "best.onnx"] == bucket.objects[folder + "best.engine"] == b"model"
+    assert detail["outputs"] == folder and f"to {folder}: {folder}best.onnx, {folder}best.engine" in detail["reason"]
+
+
+def test_an_export_rerun_on_a_warm_machine_does_not_take_the_last_runs_files_for_its_own(store, sim_clock, tmp_path):
+    spec = load_job_file(ROOT / "examples" / "helmet-export.yaml")
+    for path in yolo.export_outputs(spec, str(tmp_path / "w")).values():  # a previous export's files
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text("old")
+    checkout = _fake_yolov9(tmp_path / "yolov9", "print('TensorRT: export failure')\n")
+    job_id, http, machine = _running(store, sim_clock, "helmet-export.yaml")
+    cfg = AgentConfig(**machine, workdir=str(tmp_path / "w"), yolov9_dir=str(checkout), python=sys.executable,
+                      poll_seconds=0.01)
+    assert run_agent(cfg, http, stores=bucket_for(spec)) is False
+    assert "export wrote no onnx, engine files" in http.get(f"/v1/jobs/{job_id}", headers=AUTH).json()["reason"]
 
 
 def test_a_failure_message_is_the_status_and_the_end_of_the_output_within_the_api_limit(tmp_path):

@@ -111,3 +111,8 @@ def test_a_machine_whose_agent_never_starts_stops_itself_within_half_an_hour(tmp
             mark.touch()
         out = subprocess.run(["sh", "-c", check.replace(STARTED_MARK, str(mark))], capture_output=True, text=True)
         assert ("SHUTDOWN" in out.stdout) is (not started)
+
+
+def test_user_data_names_the_cloud_a_spot_machine_reads_its_reclaim_notice_from():
+    assert "GPUSCHED_AGENT_CLOUD" not in agent_env(render())
+    assert agent_env(render(cloud="tencent"))["GPUSCHED_AGENT_CLOUD"] == "tencent"

@@ -34,26 +34,15 @@ from scheduler.settings import Settings
 from scheduler.states import JobState
 from scheduler.store.tables import EventRow, InstanceRow, JobRow
 from tests.agent.machines import machine_auth, machine_token, put_on_machine
+from tests.fakes.objectstore import MemoryStore
+from tests.fakes.yolov9 import TRAIN, dataset_files
 from tests.lifecycle.test_lifecycle import STEP, World, job_spec
 
 API_TOKEN = "machine-agent-test-api-token-0123"
 A10 = MachineGpus(name="NVIDIA A10", model="A10", count=1, memory_mib=23028, source="nvml")
 
-# Stands in for train_dual.py: one results.csv row and one last.pt per epoch, as YOLOv9 writes them.
-FAKE_TRAIN = (
-    "import os, sys, time\n"
-    "a = sys.argv\n"
-    "run = os.path.join(a[a.index('--project') + 1], a[a.index('--name') + 1])\n"
-    "epochs = int(a[a.index('--epochs') + 1])\n"
-    "os.makedirs(os.path.join(run, 'weights'), exist_ok=True)\n"
-    "csv = os.path.join(run, 'results.csv')\n"
-    "open(csv, 'w').write('epoch,train/box_loss,metrics/precision,metrics/recall,metrics/mAP_0.5,"
-    "metrics/mAP_0.5:0.95\\n')\n"
-    "for e in range(epochs):\n"
-    "    time.sleep(0.05)\n"
-    "    open(os.path.join(run, 'weights', 'last.pt'), 'w').write(str(e))\n"
-    "    open(csv, 'a').write(f'{e},1.0,0.5,0.5,0.4,0.3\\n')\n"
-)
+# Stands in for train_dual.py: results.csv rows and last.pt files as YOLOv9 writes them (tests/fakes/yolov9.py).
+FAKE_TRAIN = TRAIN
 
 
 class Launcher:
@@ -82,6 +71,13 @@ class MachineClock:
         self.real.sleep(seconds)
 
 
+def bucket() -> MemoryStore:
+    """The bucket of these tests' jobs (``job_spec``): the dataset folder they train on."""
+    store = MemoryStore()
+    store.put_tree("s3://bucket/helmet", dataset_files())
+    return store
+
+
 class AgentThread:
     """``run_machine_agent`` in a thread, as systemd runs it on the machine; ``stop`` ends its loop."""
 
@@ -91,9 +87,9 @@ class AgentThread:
 
         def body() -> None:
             try:
-                run_machine_agent(cfg, http, clock=MachineClock(sim_clock), launch=launch, copy=lambda src, dst: None,
-                                  discover=kw.pop("discover", lambda: A10), gpu_util=lambda: 55.0,
-                                  stop=self.stop, **kw)
+                run_machine_agent(cfg, http, clock=MachineClock(sim_clock), launch=launch,
+                                  stores=kw.pop("stores", bucket()), discover=kw.pop("discover", lambda: A10),
+                                  gpu_util=lambda: 55.0, stop=self.stop, **kw)
             except BaseException as exc:  # the test fails with it below
                 self.error = exc
 
@@ -159,6 +155,7 @@ def test_one_agent_runs_a_job_then_the_next_job_put_on_its_warm_machine(store, s
     doc = yaml.safe_load(cloud.user_data)  # the one boot: cloud-init's env file is all the agent gets
     env = next(f for f in doc["write_files"] if f["path"] == "/etc/gpusched/agent.env")["content"]
     cfg = AgentConfig.from_env(dict(line.split("=", 1) for line in env.splitlines()))
+    assert cfg.cloud == "alibaba"  # where a spot machine would read its reclaim notice
     cfg = replace(cfg, workdir=str(tmp_path / "work"), started_mark=str(tmp_path / "agent-started"), poll_seconds=0.02)
     launch = Launcher()
     agent = AgentThread(cfg, http, launch, sim_clock)
@@ -252,7 +249,7 @@ def test_a_failed_job_is_reported_once_and_not_rerun_after_an_agent_restart(stor
     job = service.submit(store, sim_clock, job_spec(), source="a.yaml").id
     inst = put_on_machine(store, sim_clock, job)
     cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(API_TOKEN, inst, sim_clock),
-                      workdir=str(tmp_path), poll_seconds=0.02)
+                      workdir=str(tmp_path / "work"), poll_seconds=0.02)
     launch = Launcher("import sys; print('CUDA error: an illegal memory access'); sys.exit(3)")
     agent = AgentThread(cfg, http, launch, sim_clock)
     wait_for(lambda: job_state(store, job) == JobState.failed.value, what="the failure report")
@@ -275,7 +272,7 @@ def test_a_cancelled_job_is_stopped_on_its_machine_and_the_machine_waits_for_wor
     job = service.submit(store, sim_clock, job_spec(), source="a.yaml").id
     inst = put_on_machine(store, sim_clock, job)
     cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(API_TOKEN, inst, sim_clock),
-                      workdir=str(tmp_path), poll_seconds=0.02)
+                      workdir=str(tmp_path / "work"), poll_seconds=0.02)
     launch = Launcher("import time; time.sleep(60)")
     agent = AgentThread(cfg, http, launch, sim_clock)
     wait_for(lambda: launch.procs, what="the launch")
@@ -326,14 +323,31 @@ def test_the_agent_runs_jobs_with_the_gpus_its_machine_has(store, sim_clock, tmp
         update={"epochs": 1})}), source="a.yaml").id
     inst = put_on_machine(store, sim_clock, job, gpu="A10", gpu_count=1)
     cfg = AgentConfig(api="http://testserver", instance_id=inst, token=machine_token(API_TOKEN, inst, sim_clock),
-                      workdir=str(tmp_path), poll_seconds=0.02, gpu="A10", gpu_count=1)
+                      workdir=str(tmp_path / "work"), poll_seconds=0.02, gpu="A10", gpu_count=1)
     launch = Launcher()
     two = MachineGpus("NVIDIA A10G", "A10G", 2, 23028, "nvml")
     agent = AgentThread(cfg, http, launch, sim_clock, discover=lambda: two)
     wait_for(lambda: job_state(store, job) == JobState.succeeded.value, what="the job")
     agent.halt()
     argv = launch.argvs[0]
-    assert argv[argv.index("--device") + 1] == "0,1"  # two GPUs seen: both used
+    assert argv[argv.index("--device") + 1] == "0,1"  # two GPUs seen: both used, one process each
+    assert argv[argv.index("--nproc_per_node") + 1] == "2" and "torch.distributed.launch" in argv
+    assert argv[argv.index("--batch") + 1] == "64"  # 32 per A10G, two of them
+
+
+@pytest.mark.parametrize("seen, gpu, count", [
+    (MachineGpus("NVIDIA A10G", "A10G", 4, 23028, "nvml"), "A10G", 4),
+    # A GPU we have no model for: its count is the machine's, the offer's model sizes the batch.
+    (MachineGpus("NVIDIA H20", None, 8, 97871, "nvidia-smi"), "A10", 8),
+    # The driver was not asked, or sees nothing: the offer's figures stand (a GPU machine never trains on its CPU).
+    (MachineGpus("A10", "A10", 2, 23552, "user-data"), "A10", 1),
+    (MachineGpus("", None, 0, None, "nvml"), "A10", 1),
+])
+def test_jobs_run_with_the_gpu_count_the_driver_reports(seen, gpu, count):
+    from scheduler.agent.runner import with_machine_gpus
+
+    cfg = with_machine_gpus(AgentConfig(api="http://d", instance_id="inst-1", token="t", gpu="A10", gpu_count=1), seen)
+    assert (cfg.gpu, cfg.gpu_count) == (gpu, count)
 
 
 # --- the silence watch ------------------------------------------------------------------------

@@ -365,6 +365,32 @@ def test_agent_gets_its_work_and_reports_progress_and_finish_with_its_machine_to
     assert r.status_code == 409 and "not this machine's work" in r.json()["error"]
 
 
+def test_the_agent_reports_the_batch_that_fitted_and_where_the_outputs_went(
+        client: TestClient, store: Store, clock: SimClock) -> None:
+    job = submit(client, JOB)
+    inst = _running_attempt(store, job["id"], clock)
+    auth = _agent_auth(inst, clock)
+    mine = {"job_id": job["id"], "attempt": 1}
+    assert client.get("/v1/agent/work", headers=auth).json()["capacity"] == "on-demand"
+    r = client.post("/v1/agent/progress", headers=auth,
+                    json={**mine, "epochs_done": 1, "checkpoint_uri": "s3://b/runs/x/weights/last.pt",
+                          "physical_batch": 8})
+    assert r.status_code == 204
+    detail = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+    [fitted] = [e for e in detail["events"] if e["kind"] == "batch_fitted"]
+    assert "a batch of 8 per GPU" in fitted["message"] and fitted["instance_id"] == inst
+    assert detail["outputs"] is None
+    for bad in ({"physical_batch": 0}, {"outputs": "/tmp/x"}):
+        path = "/progress" if "physical_batch" in bad else "/finished"
+        body = {**mine, **({"epochs_done": 2} if path == "/progress" else {"ok": True}), **bad}
+        assert client.post(f"/v1/agent{path}", headers=auth, json=body).status_code == 400
+    r = client.post("/v1/agent/finished", headers=auth, json={**mine, "ok": True, "message": "outputs in s3://b/runs/x/",
+                                                            "outputs": "s3://b/runs/x/"})
+    assert r.status_code == 204
+    detail = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
+    assert detail["state"] == "succeeded" and detail["outputs"] == "s3://b/runs/x/"
+
+
 def test_agent_token_cannot_act_as_admin_and_admin_token_is_not_an_agent_token(client: TestClient, store: Store,
                                                                                clock: SimClock) -> None:
     job = submit(client, JOB)

@@ -19,6 +19,7 @@ from scheduler.lifecycle.agent_reports import report_progress
 from scheduler.lifecycle.transitions import current_attempt
 from scheduler.settings import Settings
 from tests.agent.machines import machine_token, put_on_machine
+from tests.fakes.objectstore import MemoryStore
 
 TOKEN = "agent-test-api-token-0123456789"
 
@@ -95,22 +96,35 @@ _FAKE_DETECT = (
 
 
 class _Machine:
+    """The machine's side: the bucket holding the source images and the weights (the agent stages
+    them), and a stand-in detect.py."""
+
     def __init__(self, tmp_path: Path, images: int) -> None:
         self.workdir = tmp_path / "work"
-        source = self.workdir / "source"
-        source.mkdir(parents=True)
+        self.bucket = _Bucket()
         for i in range(images):
-            (source / f"frame-{i:04d}.jpg").write_bytes(b"jpg")
-        (source / "notes.md").write_text("not an image")
+            self.bucket.put(f"s3://frames/junction/latest/frame-{i:04d}.jpg", b"jpg")
+        self.bucket.put("s3://frames/junction/latest/notes.md", "not an image")
+        self.bucket.put("s3://models/junction/best.pt", b"pt")
         self.sources: list[list[str]] = []
-        self.uploads: list[tuple[str, list[str]]] = []
+
+    @property
+    def uploads(self) -> list[tuple[str, list[str]]]:
+        return self.bucket.uploads
 
     def launch(self, argv):
         self.sources.append(sorted(p.name for p in Path(argv[argv.index("--source") + 1]).iterdir()))
         return subprocess.Popen([sys.executable, "-c", _FAKE_DETECT, *argv[2:]])
 
-    def copy_tree(self, src: str, dst: str) -> None:
-        self.uploads.append((dst, sorted(p.name for p in Path(src).iterdir())))
+
+class _Bucket(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.uploads: list[tuple[str, list[str]]] = []
+
+    def upload_tree(self, local_dir, prefix_uri):
+        self.uploads.append((prefix_uri, sorted(p.name for p in Path(local_dir).iterdir())))
+        return super().upload_tree(local_dir, prefix_uri)
 
 
 def _agent(store, sim_clock, job_id: str, attempt: int, workdir: Path):
@@ -133,14 +147,16 @@ def test_the_agent_runs_every_shard_uploads_its_labels_then_reports_it(store, si
     job_id = _running_attempt(store, sim_clock, spec, attempt=1)
     m = _Machine(tmp_path, images=7)
     http, cfg = _agent(store, sim_clock, job_id, 1, m.workdir)
-    assert run_agent(cfg, http, launch=m.launch, copy_tree=m.copy_tree, copy=lambda a, b: None) is True
+    assert run_agent(cfg, http, launch=m.launch, stores=m.bucket) is True
     assert [len(s) for s in m.sources] == [2, 2, 3]
     assert sorted(f for s in m.sources for f in s) == [f"frame-{i:04d}.jpg" for i in range(7)]
     assert all(dst == "s3://frames/runs/junction-nightly/labels/" for dst, _ in m.uploads)
     assert [len(files) for _, files in m.uploads] == [2, 2, 3]  # each shard's own labels, once
     detail = _detail(http, job_id)
     assert detail["state"] == "succeeded" and detail["epochs_done"] == 3 and detail["epochs_total"] == 3
-    assert detail["checkpoint_uri"] == "s3://frames/runs/junction-nightly/"
+    assert detail["checkpoint_uri"] == detail["outputs"] == "s3://frames/runs/junction-nightly/"
+    assert len(m.bucket.under("s3://frames/runs/junction-nightly/labels")) == 7
+    assert (m.workdir / "weights" / "best.pt").read_bytes() == b"pt"  # the weights, staged from their URI
 
 
 def test_a_resumed_attempt_starts_at_the_first_unfinished_shard(store, sim_clock, tmp_path):
@@ -148,7 +164,7 @@ def test_a_resumed_attempt_starts_at_the_first_unfinished_shard(store, sim_clock
     job_id = _running_attempt(store, sim_clock, spec, attempt=2, shards_done=2)
     m = _Machine(tmp_path, images=7)
     http, cfg = _agent(store, sim_clock, job_id, 2, m.workdir)
-    assert run_agent(cfg, http, launch=m.launch, copy_tree=m.copy_tree, copy=lambda a, b: None) is True
+    assert run_agent(cfg, http, launch=m.launch, stores=m.bucket) is True
     assert m.sources == [["frame-0004.jpg", "frame-0005.jpg", "frame-0006.jpg"]]  # shard 2 only
     assert _detail(http, job_id)["epochs_done"] == 3
 
@@ -159,7 +175,7 @@ def test_a_failing_shard_fails_the_job_and_keeps_the_shards_before_it(store, sim
     job_id = _running_attempt(store, sim_clock, spec, attempt=1)
     m = _Machine(tmp_path, images=7)
     http, cfg = _agent(store, sim_clock, job_id, 1, m.workdir)
-    assert run_agent(cfg, http, launch=m.launch, copy_tree=m.copy_tree, copy=lambda a, b: None) is False
+    assert run_agent(cfg, http, launch=m.launch, stores=m.bucket) is False
     assert len(m.uploads) == 1  # shard 0's labels; shard 1 failed before its upload
     detail = _detail(http, job_id)
     assert detail["state"] == "failed" and detail["epochs_done"] == 1

@@ -158,6 +158,30 @@ def test_resume_opt_patch_refuses(text: str, batch: int, device: str | None, err
         resume_opt_patch(text, batch, device=device)
 
 
+def test_resume_opt_patch_moves_the_data_workers_and_run_folder_to_this_machine() -> None:
+    opt = OPT_YAML.replace("sync_bn: true\n", "workers: 16\nsync_bn: true\n")
+    patched = resume_opt_patch(opt, 8, device="cpu", data="/srv/w/data/data.yaml", workers=0,
+                               save_dir="/srv/w/runs/train/job-7")
+    after = yaml.safe_load(patched)
+    assert (after["batch_size"], after["device"], after["workers"]) == (8, "cpu", 0)
+    assert after["data"] == "/srv/w/data/data.yaml" and after["save_dir"] == "/srv/w/runs/train/job-7"
+    assert after["hyp"] == {"lr0": 0.01, "batch_size": 999}
+    changed = [b for a, b in zip(opt.splitlines(), patched.splitlines()) if a != b]
+    assert changed == ["data: /srv/w/data/data.yaml", "batch_size: 8", "device: 'cpu'", "workers: 0",
+                       "save_dir: /srv/w/runs/train/job-7"]
+
+
+def test_resume_opt_patch_leaves_out_what_the_file_does_not_have_and_quotes_odd_paths() -> None:
+    patched = resume_opt_patch("batch_size: 64\ndevice: '0'\ndata: /a/data.yaml\n", 16, workers=2,
+                               data="/srv/my data/it's.yaml", save_dir="/srv/run")
+    assert patched == "batch_size: 16\ndevice: '0'\ndata: '/srv/my data/it''s.yaml'\n"
+    assert yaml.safe_load(patched)["data"] == "/srv/my data/it's.yaml"
+    with pytest.raises(ValueError):
+        resume_opt_patch(OPT_YAML, 16, data="relative/data.yaml")
+    with pytest.raises(ValueError):
+        resume_opt_patch(OPT_YAML, 16, workers=-1)
+
+
 def test_train_command_refuses_other_kinds_and_unsafe_names() -> None:
     spec = infer_spec()
     with pytest.raises(ValueError):

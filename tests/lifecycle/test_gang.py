@@ -30,7 +30,6 @@ from providers.sandbox.provider import SandboxProvider, capabilities_like
 from scheduler.agent import tokens as agent_token
 from scheduler.agent.runner import AgentConfig, run_agent
 from scheduler.app.api import create_app
-from scheduler.jobs import yolo
 from scheduler.lifecycle import service
 from scheduler.lifecycle.gang import node_token as gang_node_token
 from scheduler.lifecycle.tick import SimulatedCrash
@@ -38,6 +37,8 @@ from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
 from tests.agent.machines import machine_row
+from tests.fakes.objectstore import MemoryStore
+from tests.fakes.yolov9 import TRAIN, dataset_files
 from tests.lifecycle.test_lifecycle import World, job_spec
 
 RUNNING, SUCCEEDED = JobState.running.value, JobState.succeeded.value
@@ -308,6 +309,13 @@ def node_agent(machine: tuple[str, str], workdir: Path, **kw) -> AgentConfig:
                        poll_seconds=kw.pop("poll_seconds", 0.05), **kw)
 
 
+def dataset_bucket() -> MemoryStore:
+    """The bucket of ``job_spec``'s dataset: every node stages it before it meets the others."""
+    bucket = MemoryStore()
+    bucket.put_tree("s3://bucket/helmet", dataset_files())
+    return bucket
+
+
 def bearer(machine: tuple[str, str]) -> dict[str, str]:
     return {"Authorization": f"Bearer {machine[1]}"}
 
@@ -316,26 +324,24 @@ def launcher_flags(argv: list[str]) -> dict[str, str]:
     return {flag: argv[argv.index(flag) + 1] for flag in ("--nnodes", "--node_rank", "--master_addr")}
 
 
-def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
+def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path, monkeypatch):
     """Through the daemon's real API: every rank starts the launcher with rank 0's address; rank 1
     exiting ends nothing; rank 0's exit finishes the job."""
     job, http, machines = running_gang(store, sim_clock)
     launched: dict[int, list[str]] = {}
 
+    monkeypatch.setenv("FAKE_EPOCH_SECONDS", "0.01")
+    buckets: dict[int, MemoryStore] = {}
+
     def run(rank: int) -> bool:
         workdir = tmp_path / f"node{rank}"
-        results = Path(yolo.run_dir(str(workdir), "train", job.name)) / "results.csv"
-        results.parent.mkdir(parents=True)
-        (results.parent / "weights").mkdir()
-        (results.parent / "weights" / "last.pt").write_text("1")
-        results.write_text("epoch,train/box_loss,metrics/precision,metrics/recall,metrics/mAP_0.5,"
-                           "metrics/mAP_0.5:0.95\n0,1.0,0.5,0.5,0.4,0.3\n")
 
-        def launch(argv):
+        def launch(argv):  # stands in for the launcher and train_dual.py: what rank 0 writes, every rank writes
             launched[rank] = list(argv)
-            return subprocess.Popen([sys.executable, "-c", "pass"])
+            return subprocess.Popen([sys.executable, "-c", TRAIN, *argv[1:]])
 
-        return run_agent(node_agent(machines[1][rank], workdir), http, launch=launch, copy=lambda src, dst: None,
+        buckets[rank] = dataset_bucket()
+        return run_agent(node_agent(machines[1][rank], workdir), http, launch=launch, stores=buckets[rank],
                          address=lambda api: RANK0_ADDR)
 
     # Rank 0 advertises (as its agent does first thing), then rank 1 runs to its exit.
@@ -350,10 +356,12 @@ def test_only_rank_zero_reports_for_the_gang(store, sim_clock, tmp_path):
     assert run(1) is True
     with store.session(write=False) as s:
         assert s.get(JobRow, job.id).state == RUNNING and s.get(JobRow, job.id).epochs_done == 0
+    assert not buckets[1].under("s3://bucket/helmet/runs")  # rank 1 staged the dataset, uploaded nothing
     assert run(0) is True
     with store.session(write=False) as s:
-        assert s.get(JobRow, job.id).state == SUCCEEDED and s.get(JobRow, job.id).epochs_done == 1
+        assert s.get(JobRow, job.id).state == SUCCEEDED and s.get(JobRow, job.id).epochs_done == 20
         assert all(s.get(InstanceRow, m[0]).job_id is None for m in machines[1].values())  # both warm now
+    assert "weights/last.pt" in buckets[0].under(f"s3://bucket/helmet/runs/{job.name}")
     assert {rank: launcher_flags(argv) for rank, argv in launched.items()} == {
         0: {"--nnodes": "2", "--node_rank": "0", "--master_addr": RANK0_ADDR},
         1: {"--nnodes": "2", "--node_rank": "1", "--master_addr": RANK0_ADDR},
@@ -388,7 +396,7 @@ def test_a_rank_waits_for_rank_zero_to_advertise_then_starts(store, sim_clock, t
     argvs: list[list[str]] = []
     ok = run_agent(node_agent(machines[1][1], tmp_path, poll_seconds=30), http, clock=clock,
                    launch=lambda argv: argvs.append(list(argv)) or subprocess.Popen([sys.executable, "-c", "pass"]),
-                   copy=lambda src, dst: None)
+                   stores=dataset_bucket())
     assert ok is True and clock.sleeps >= 3  # it polled until the address was there, then launched once
     assert len(argvs) == 1 and launcher_flags(argvs[0])["--master_addr"] == RANK0_ADDR
 
@@ -400,7 +408,7 @@ def test_a_rank_gives_up_when_rank_zero_never_advertises(store, sim_clock, tmp_p
     start = sim_clock.now()
     argvs: list[list[str]] = []
     ok = run_agent(node_agent(machines[1][1], tmp_path, poll_seconds=60), http, clock=sim_clock,
-                   launch=lambda argv: argvs.append(list(argv)), copy=lambda src, dst: None)
+                   launch=lambda argv: argvs.append(list(argv)), stores=dataset_bucket())
     assert ok is False and argvs == []  # nothing launched: alone, it would train a model nobody asked for
     assert RENDEZVOUS_TIMEOUT <= sim_clock.now() - start <= RENDEZVOUS_TIMEOUT + timedelta(minutes=1)
     with store.session(write=False) as s:
@@ -423,7 +431,7 @@ def test_an_old_attempts_address_never_reaches_the_next_attempt(store, sim_clock
     argvs: list[list[str]] = []
     stale = Work(job_id=job.id, attempt=1, spec=gang_spec(), nodes=2)  # what it was told before the reclaim
     ok = run_agent(node_agent(old, tmp_path), http, stale, launch=lambda argv: argvs.append(argv),
-                   copy=lambda src, dst: None, address=lambda api: "10.0.9.9")
+                   stores=dataset_bucket(), address=lambda api: "10.0.9.9")
     assert ok is False and argvs == []  # a stale rank 0 does not train
     assert http.get("/v1/agent/work", headers=bearer(old)).json()["action"] == "wait"  # released: warm
     assert http.get("/v1/agent/work", headers=bearer(new)).json()["master_addr"] is None

@@ -80,10 +80,10 @@ def yolo_env(tmp_path_factory: pytest.TempPathFactory, yolo_python: str) -> dict
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A job's work directory as scheduler.jobs.yolo lays it out, with the dataset staged in data/.
 
-    TODO(data.yaml paths): the dataset is written with ``path:`` set to its absolute folder. YOLOv9
-    resolves a relative or missing ``path:`` against its own checkout, so a user's data.yaml staged
-    as it is into <workdir>/data/ does not work: see test_a_relative_data_yaml_resolves_against_the_checkout.
-    Once the agent rewrites ``path:`` when it stages a dataset, stage the user's file through that code.
+    The dataset is written with ``path:`` set to its absolute folder. YOLOv9 resolves a relative or
+    missing ``path:`` against its own checkout, so a user's data.yaml staged as it is into <workdir>/data/
+    does not work (test_a_relative_data_yaml_resolves_against_the_checkout); the agent rewrites ``path:``
+    when it stages a dataset, and test_agent_on_yolov9.py stages a user's file through that code.
     """
     root = tmp_path_factory.mktemp("job")
     write_dataset(root / "data", root=True)
