@@ -16,7 +16,7 @@ from scheduler.agent.config import AgentConfig, Work
 from scheduler.agent.link import DaemonLink, Heartbeat, Stale
 from scheduler.agent.process import Launch, stop_process
 from scheduler.agent.reclaim import ReclaimNotice, ReclaimWatch
-from scheduler.agent.storage import ObjectStore, parse_uri
+from scheduler.agent.storage.base import ObjectStore, parse_uri
 from scheduler.clock import Clock
 from scheduler.errors import GpuschedError, ProviderError
 from scheduler.models import JobSpec

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from scheduler.agent.storage import ObjectStore
+from scheduler.agent.storage.base import ObjectStore
 from scheduler.errors import UserError
 
 __all__ = ["DATA_YAML", "SPLITS", "localize_data_yaml", "stage_dataset"]

@@ -18,7 +18,7 @@ import json
 import posixpath
 from pathlib import Path
 
-from scheduler.agent.storage import ObjectStore
+from scheduler.agent.storage.base import ObjectStore
 from scheduler.jobs import infer_shards, yolo
 from scheduler.jobs.yolo import ValMetrics
 from scheduler.models import JobSpec, Kind

@@ -16,7 +16,7 @@ a job that was reported finished.
 One assignment (``run_agent``), in the modules beside this one:
 
 1. inputs (``staging.py``): the dataset folder, the weights, the images to run inference on, from
-   object storage (``storage.py``, with the machine's role; ``stores`` is injectable);
+   object storage (``storage/``, with the machine's role; ``stores`` is injectable);
 2. a multi-node job's nodes meet through the daemon (``rendezvous``): rank 0 advertises the address the
    daemon sees it from (or ``GPUSCHED_NODE_ADDR``) for this attempt, the other ranks wait for it, and
    every node starts PyTorch's launcher with the node count, its rank and that address; only rank 0
@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
-from scheduler.agent import machine, storage
+from scheduler.agent import machine
 from scheduler.agent.attempt import Attempt, AttemptFailed, Outcome, Reclaimed, StoreFor
 from scheduler.agent.config import AgentConfig, Work
 from scheduler.agent.inference import run_infer_shards
@@ -74,6 +74,7 @@ from scheduler.agent.process import (
 )
 from scheduler.agent.reclaim import METADATA_URLS, ReclaimNotice, ReclaimWatch, notice_reader
 from scheduler.agent.staging import stage_inputs
+from scheduler.agent.storage.choose import store_for
 from scheduler.agent.training import initial_total, run_training, train_argv
 from scheduler.agent.val_export import run_export, run_val
 from scheduler.clock import Clock, SystemClock
@@ -224,7 +225,7 @@ def rendezvous(cfg: AgentConfig, link: DaemonLink, work: Work, clock: Clock,
 
 
 def run_agent(cfg: AgentConfig, http: httpx.Client, work: Work | None = None, *, clock: Clock | None = None,
-              launch: Launch | None = None, stores: StoreFor = storage.store_for,
+              launch: Launch | None = None, stores: StoreFor = store_for,
               reclaim_check: NoticeCheck | None = None, address: Callable[[str], str] = local_address,
               link: DaemonLink | None = None, beat: Heartbeat | None = None) -> bool:
     """Run one assignment to its end; returns whether it succeeded. ``work``: what ``GET /work`` said

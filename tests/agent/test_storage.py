@@ -38,16 +38,11 @@ from oss2 import exceptions as oss_errors
 from qcloud_cos.cos_exception import CosClientError, CosServiceError
 
 from scheduler.agent.dataset import localize_data_yaml, stage_dataset
-from scheduler.agent.storage import (
-    CosRoleClient,
-    CosStore,
-    ObjectStore,
-    OssRoleBuckets,
-    OssStore,
-    S3Store,
-    parse_uri,
-    store_for,
-)
+from scheduler.agent.storage.base import ObjectStore, parse_uri
+from scheduler.agent.storage.choose import store_for
+from scheduler.agent.storage.cos import CosRoleClient, CosStore
+from scheduler.agent.storage.oss import OssRoleBuckets, OssStore
+from scheduler.agent.storage.s3 import S3Store
 from scheduler.errors import (
     AuthFailed,
     InvalidRequest,

@@ -1,6 +1,6 @@
 """An object store in memory, for the agent's tests: the ``ObjectStore`` interface over a dict.
 
-It keeps ``storage.py``'s contract where the agent relies on it: a prefix is a folder, nothing under
+It keeps ``scheduler.agent.storage``'s contract where the agent relies on it: a prefix is a folder, nothing under
 a prefix is ``NotFound``, a missing object is ``NotFound``, keys keep their relative paths. ``fail``
 makes the next calls on a URI prefix raise an error of the caller's choosing (a role without
 permission, a throttled bucket), ``calls`` records what was asked, in order.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler.agent.storage import parse_uri
+from scheduler.agent.storage.base import parse_uri
 from scheduler.errors import GpuschedError, NotFound
 
 
