@@ -10,6 +10,10 @@ internet (the default host is 127.0.0.1; in a cluster, a NetworkPolicy).
 
 Every error is JSON ``{"error": ..., "fix": ...}``; a job that cannot be
 accepted is 422 and adds ``problems``: ``[{field, message, example}]``.
+
+Limits before work: the token is checked from the headers before any body is read
+(``guard.AuthFirst``), and bodies are limited while they stream in (413): a job file
+``MAX_BODY_BYTES``, an agent's report ``AGENT_BODY_BYTES``, anything else ``OTHER_BODY_BYTES``.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
+from scheduler.app.guard import AuthFirst, bearer
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -41,7 +46,14 @@ from scheduler.jobs.jobfile import parse_job, parse_job_text
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
+    Assigned,
+    Refusal,
     assigned_attempt,
+    finished_refusal,
+    machine_refusal,
+    progress_refusal,
+    reclaim_refusal,
+    rendezvous_refusal,
     report_finished,
     report_heartbeat,
     report_hello,
@@ -62,7 +74,9 @@ log = get_logger(__name__)
 
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 JSON_TYPES = frozenset({"application/json", ""})
-MAX_BODY_BYTES = 1 << 20  # a job file is a few hundred bytes; anything near this is a mistake
+MAX_BODY_BYTES = 2 << 20  # a job file is a few hundred bytes; anything near this is a mistake
+AGENT_BODY_BYTES = 1 << 20  # an agent's report is a few hundred bytes (a finish message at most 2,000 characters)
+OTHER_BODY_BYTES = 64 << 10  # the other routes take no body
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
@@ -89,10 +103,46 @@ class _Unauthorized(Exception):
     pass
 
 
+def _unauthorized() -> JSONResponse:
+    resp = _error(401, "missing or wrong API token", "send `Authorization: Bearer <token>`; "
+                  "the CLI sends GPUSCHED_API_TOKEN, which must equal the daemon's")
+    resp.headers["WWW-Authenticate"] = "Bearer"
+    return resp
+
+
+def _too_large(method: str, path: str) -> JSONResponse:
+    limit, fix = _body_limit(method, path)
+    return _error(413, f"request body over {limit} bytes", fix)
+
+
+def _announced_too_large(method: str, path: str, content_length: int) -> JSONResponse | None:
+    """The 413 for a body whose Content-Length is over its route's limit, before it is read."""
+    return _too_large(method, path) if content_length > _body_limit(method, path)[0] else None
+
+
+def _body_limit(method: str, path: str) -> tuple[int, str]:
+    """The body limit of a route and what to do about a body over it (the 413's fix)."""
+    if path.startswith("/v1/agent/"):
+        return AGENT_BODY_BYTES, "an agent's report is a few hundred bytes; send one report per request"
+    if path == "/v1/jobs" and method == "POST":
+        return MAX_BODY_BYTES, "send one job file per request"
+    return OTHER_BODY_BYTES, "this route takes no request body"
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, error: str, fix: str | None = None) -> None:
         super().__init__(error)
         self.status, self.error, self.fix = status, error, fix
+
+
+def machine_of(key: bytes, clock: Clock, given: str | None) -> str | None:
+    """The instance a genuine, unexpired machine token names, or None (its row is not looked at here)."""
+    if not given:
+        return None
+    try:
+        return agent_token.verify(key, given, clock.now())
+    except agent_token.AgentTokenError:
+        return None
 
 
 def _error(status: int, error: str, fix: str | None, **extra: Any) -> JSONResponse:
@@ -101,11 +151,8 @@ def _error(status: int, error: str, fix: str | None, **extra: Any) -> JSONRespon
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(_Unauthorized)
-    async def _unauthorized(_r: Request, _e: _Unauthorized) -> JSONResponse:
-        resp = _error(401, "missing or wrong API token", "send `Authorization: Bearer <token>`; "
-                      "the CLI sends GPUSCHED_API_TOKEN, which must equal the daemon's")
-        resp.headers["WWW-Authenticate"] = "Bearer"
-        return resp
+    async def _refused(_r: Request, _e: _Unauthorized) -> JSONResponse:
+        return _unauthorized()
 
     @app.exception_handler(_BadRequest)
     async def _bad_request(_r: Request, e: _BadRequest) -> JSONResponse:
@@ -137,7 +184,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(400, f"bad request: {where}", None)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_r: Request, e: StarletteHTTPException) -> JSONResponse:
+    async def _http(r: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 413:  # FastAPI's body limit (max_body_size), while the body streamed in
+            return _too_large(r.method, r.url.path)
         resp = _error(e.status_code, str(e.detail), None)
         for k, v in (e.headers or {}).items():
             resp.headers[k] = v
@@ -150,14 +199,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
-    """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``)."""
-    too_big = _BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes", "send one job file per request")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_big  # before reading it
+    """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``).
+    The route's ``max_body_size`` stops the read with a 413 once the body is over ``MAX_BODY_BYTES``."""
     body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise too_big
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype in YAML_TYPES:
         source = request.query_params.get("source") or "job.yaml"
@@ -243,6 +287,14 @@ class AgentReclaiming(_AgentBody):
     attempt: AttemptNo
     at: datetime
 
+    @field_validator("at")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        try:  # a time without an offset is UTC, as the clouds' metadata services give it
+            return (v if v.tzinfo is not None else v.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError("not a time the daemon can represent") from None
+
 
 class AgentRendezvous(_AgentBody):
     """Rank 0 of a multi-node attempt: the address its launcher listens on (``yolo.MASTER_PORT``)."""
@@ -253,40 +305,53 @@ class AgentRendezvous(_AgentBody):
     addr: IPvAnyAddress
 
 
+_REFUSAL_STATUS = {"forbidden": 403, "invalid": 400, "conflict": 409}
+
+
+def _refusal(r: Refusal) -> _BadRequest:
+    return _BadRequest(_REFUSAL_STATUS[r.kind], r.error, r.fix)
+
+
 def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
     """Routes for on-instance agents. Each machine's agent authenticates with its machine token
     (scoped to its instance row), never the API token; every call counts as a heartbeat. The routes
-    are thin: the token, then whether the job and attempt a report names are the ones assigned to
-    this instance (409 otherwise: the agent drops that attempt and asks for work again), then the
-    same ``agent_reports`` function the simulated agent calls."""
+    are thin: the token (and that its instance is not terminated), then whether the job and attempt
+    a report names are the ones assigned to this instance (409 otherwise: the agent drops that attempt
+    and asks for work again), then what the job and attempt allow it to write (``*_refusal``: 400, 403
+    or 409 with an ``agent_refused`` event), then the same ``agent_reports`` function the simulated
+    agent calls."""
     key = agent_token.signing_key(api_token)
 
     def machine(request: Request) -> str:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
+        instance_id = machine_of(key, clock, bearer(request.headers))
+        if instance_id is None:
             raise _Unauthorized()
-        try:
-            return agent_token.verify(key, given.strip(), clock.now())
-        except agent_token.AgentTokenError:
-            raise _Unauthorized() from None
+        with store.session(write=False) as s:
+            gone = machine_refusal(s, instance_id)
+        if gone is not None:
+            log.warning("agent_token_refused", instance=instance_id, why=gone)
+            raise _Unauthorized()
+        return instance_id
 
     def not_yours(job_id: str, attempt: int) -> _BadRequest:
         return _BadRequest(409, f"job {job_id} attempt {attempt} is not this machine's work",
                            "drop it and ask GET /v1/agent/work for this machine's work")
 
-    def refusal(s: Any, instance_id: str, job_id: str, attempt: int, *, rank0: bool = False) -> _BadRequest | None:
-        """The machine was heard; why it may not report on (job, attempt), or None. Raised by the caller
-        after its session commits, so a refused report still counts as a heartbeat."""
+    def assignment(s: Any, instance_id: str, job_id: str, attempt: int, *,
+                   rank0: bool = False) -> tuple[Assigned | None, _BadRequest | None]:
+        """The machine was heard; its assignment for (job, attempt), or why it may not report on it.
+        The caller raises the problem after its session commits, so a refused report still counts
+        as a heartbeat (and its ``agent_refused`` event is kept)."""
         report_heartbeat(s, [instance_id], clock.now())
         found = assigned_attempt(s, instance_id, job_id, attempt)
         if found is None:
-            return not_yours(job_id, attempt)
+            return None, not_yours(job_id, attempt)
         if rank0 and found.node_rank != 0:
-            return _BadRequest(400, "only rank 0 reports for the gang",
-                               "the other ranks read master_addr from GET /v1/agent/work")
-        return None
+            return None, _BadRequest(400, "only rank 0 reports for the gang",
+                                     "the other ranks read master_addr from GET /v1/agent/work")
+        return found, None
 
-    router = APIRouter(prefix="/v1/agent")
+    router = APIRouter(prefix="/v1/agent", max_body_size=AGENT_BODY_BYTES)
 
     @router.post("/hello")
     def hello(body: AgentHello, instance_id: str = Depends(machine)) -> dict[str, Any]:
@@ -311,7 +376,7 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
         problem = None
         with store.session() as s:
             if body.job_id is not None and body.attempt is not None:
-                problem = refusal(s, instance_id, body.job_id, body.attempt)
+                _, problem = assignment(s, instance_id, body.job_id, body.attempt)
             else:
                 report_heartbeat(s, [instance_id], clock.now())
         if problem is not None:
@@ -336,22 +401,31 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
         if body.node_rank != 0:
             raise _BadRequest(400, "only rank 0 advertises the gang's address",
                               "the other ranks read master_addr from GET /v1/agent/work")
+        addr = str(body.addr)
         with store.session() as s:
-            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
-            if problem is None and not report_rendezvous(s, body.job_id, body.attempt, str(body.addr), clock.now()):
-                problem = not_yours(body.job_id, body.attempt)
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if found is not None:
+                refused = rendezvous_refusal(s, found, instance_id, addr, clock.now())
+                if refused is not None:
+                    problem = _refusal(refused)
+                elif not report_rendezvous(s, body.job_id, body.attempt, addr, clock.now()):
+                    problem = not_yours(body.job_id, body.attempt)
         if problem is not None:
             raise problem
-        log.info("agent_rendezvous", job_id=body.job_id, attempt=body.attempt, addr=str(body.addr))
+        log.info("agent_rendezvous", job_id=body.job_id, attempt=body.attempt, addr=addr)
         return Response(status_code=204)
 
     @router.post("/progress", status_code=204)
     def progress(body: AgentProgress, instance_id: str = Depends(machine)) -> Response:
         with store.session() as s:
-            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
-            if problem is None:
-                report_progress(s, body.job_id, body.attempt, body.epochs_done, body.checkpoint_uri, clock.now(),
-                                physical_batch=body.physical_batch)
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if found is not None:
+                refused = progress_refusal(s, found, instance_id, body.epochs_done, body.checkpoint_uri, clock.now())
+                if refused is not None:
+                    problem = _refusal(refused)
+                else:
+                    report_progress(s, body.job_id, body.attempt, body.epochs_done, body.checkpoint_uri, clock.now(),
+                                    physical_batch=body.physical_batch)
         if problem is not None:
             raise problem
         return Response(status_code=204)
@@ -359,9 +433,13 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
     @router.post("/finished", status_code=204)
     def finished(body: AgentFinished, instance_id: str = Depends(machine)) -> Response:
         with store.session() as s:
-            problem = refusal(s, instance_id, body.job_id, body.attempt, rank0=True)
-            if problem is None:
-                report_finished(s, body.job_id, body.attempt, body.ok, clock.now(), body.message, body.outputs)
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if found is not None:
+                refused = finished_refusal(s, found, instance_id, body.outputs, clock.now())
+                if refused is not None:
+                    problem = _refusal(refused)
+                else:
+                    report_finished(s, body.job_id, body.attempt, body.ok, clock.now(), body.message, body.outputs)
         if problem is not None:
             raise problem
         log.info("agent_finished", job_id=body.job_id, attempt=body.attempt, instance=instance_id, ok=body.ok,
@@ -371,16 +449,18 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
     @router.post("/reclaiming", status_code=204)
     def reclaiming(body: AgentReclaiming, instance_id: str = Depends(machine)) -> Response:
         """Any node may pass its notice on: losing one node of a gang loses the gang."""
-        at = body.at if body.at.tzinfo is not None else body.at.replace(tzinfo=timezone.utc)
+        refused = reclaim_refusal(body.at, clock.now())
+        if refused is not None:
+            raise _refusal(refused)
         with store.session() as s:
-            problem = refusal(s, instance_id, body.job_id, body.attempt)
-            if problem is None and not report_reclaiming(s, instance_id, body.job_id, body.attempt,
-                                                         at.astimezone(timezone.utc), clock.now()):
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt)
+            if found is not None and not report_reclaiming(s, instance_id, body.job_id, body.attempt, body.at,
+                                                           clock.now()):
                 problem = not_yours(body.job_id, body.attempt)
         if problem is not None:
             raise problem
         log.warning("agent_reclaiming", job_id=body.job_id, attempt=body.attempt, instance=instance_id,
-                    at=at.isoformat())
+                    at=body.at.isoformat())
         return Response(status_code=204)
 
     return router
@@ -398,17 +478,28 @@ def create_app(
     token = require_token(settings)
     register_secret(token)
     expected = token.encode()
+    agent_key = agent_token.signing_key(token)
+
+    def is_api_token(given: str | None) -> bool:
+        return given is not None and secrets.compare_digest(given.encode(), expected)
+
+    def is_machine_token(given: str | None) -> bool:
+        return machine_of(agent_key, clock, given) is not None
 
     def authorized(request: Request) -> None:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), expected):
+        if not is_api_token(bearer(request.headers)):
             raise _Unauthorized()
 
+    # No app-wide body limit: it would answer in plain text before AuthFirst; routes that read no
+    # body never buffer one (the server reads a body only as fast as the route takes it).
     app = FastAPI(title="gpusched", version="1", docs_url=None, redoc_url=None)
     _install_error_handlers(app)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
+    # The token before the body: FastAPI would read and parse a body before the routes' dependencies.
+    app.add_middleware(AuthFirst, areas=[("/v1/agent/", is_machine_token), ("/v1/", is_api_token)],
+                       refuse=_unauthorized, oversized=_announced_too_large)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)], max_body_size=OTHER_BODY_BYTES)
 
-    @v1.post("/jobs", status_code=201, response_model=JobView)
+    @v1.post("/jobs", status_code=201, response_model=JobView, max_body_size=MAX_BODY_BYTES)
     async def submit_job(request: Request) -> JobView:
         spec, source = await _job_from_request(request)
         view = await run_in_threadpool(lambda: service.submit(store, clock, spec, source=source))

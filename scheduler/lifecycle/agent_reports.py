@@ -8,13 +8,23 @@ these functions: they check the token, then ask ``assigned_attempt`` whether the
 a report names are the ones assigned to that instance (409 otherwise), then call the same
 ``report_*`` function the simulated agent (``scheduler/simulation/simagent.py``) calls directly.
 Stale reports from an earlier attempt are fenced off by the attempt number as well.
+
+A machine's token is trusted only as far as its job and attempt allow (``*_refusal`` below; the routes
+call them before the ``report_*`` effect, and every refusal is an ``agent_refused`` event on the job):
+checkpoint and output URIs only under the job's own output prefix (``agent.outputs.outputs_prefix``),
+progress that only goes forward and stays within the job's epochs or shards, one rendezvous per
+attempt from rank 0 of a multi-node job with a routable address. A job that ended (cancelled,
+failed, succeeded) is no machine's work any more, and a terminated machine's token opens nothing.
+Text from machines is stored without control characters (``printable``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import structlog
@@ -22,12 +32,15 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
+from scheduler.agent.outputs import outputs_prefix
+from scheduler.jobs.infer_shards import work_units
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.perf_learning import learn_from_progress
 from scheduler.lifecycle.transitions import current_attempt, make_idle, release_nodes, requeue_after_loss, set_job
 from scheduler.models import JobSpec
 from scheduler.states import (
     ATTEMPT_MOVES,
+    JOB_TERMINAL,
     AttemptState,
     InstanceRowState,
     JobState,
@@ -69,6 +82,8 @@ def assignment_of(s: Session, row: InstanceRow) -> Assigned | None:
     attempt = current_attempt(s, row.job_id)
     if job is None or attempt is None or A(attempt.state) not in (A.launching, A.running):
         return None
+    if J(job.state) in JOB_TERMINAL:
+        return None  # cancelled (its attempt ends on the next tick), failed or done: no machine's work any more
     if attempt.instance_id == row.id:
         rank = 0
     else:
@@ -124,6 +139,149 @@ def work_estimate(s: Session, instance_id: str) -> float | None:
     return (assigned.attempt.est_hours if assigned is not None else None) or 1.0
 
 
+# --- what a machine's agent may write --------------------------------------------------
+
+# The cloud gives a spot machine minutes of notice (AWS two, Alibaba and Tencent about five): a notice
+# further than this from the daemon's clock is not one.
+RECLAIM_NOTICE_WINDOW = timedelta(hours=6)
+# Addresses no peer should dial: the clouds' metadata services that are not link-local already
+# (Alibaba's 100.100.100.200, AWS's IPv6 fd00:ec2::254).
+METADATA_ADDRESSES = frozenset({ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a machine may not write what it sent. ``kind``: ``forbidden`` (not its job's to write, 403),
+    ``invalid`` (a value its job does not allow, 400), ``conflict`` (already said otherwise, 409)."""
+
+    kind: Literal["forbidden", "invalid", "conflict"]
+    error: str
+    fix: str
+
+
+def machine_refusal(s: Session, instance_id: str) -> str | None:
+    """Why a (genuine, unexpired) machine token opens nothing any more, or None: its instance row is
+    unknown or terminated. A stopping or stopped machine still hears ``exit`` from ``work_for``."""
+    row = s.get(InstanceRow, instance_id)
+    if row is None:
+        return f"instance {instance_id} is unknown to this daemon"
+    if I(row.state) is I.terminated:
+        return f"instance {instance_id} is terminated"
+    return None
+
+
+def printable(text: str) -> str:
+    """Text from a machine without control characters (terminal escapes, NULs): shown as it is stored."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c)[0] != "C" else " " for c in text)
+
+
+def _refused(s: Session, assigned: Assigned, instance_id: str, refusal: Refusal, now: datetime) -> Refusal:
+    add_event(s, now, "agent_refused", printable(f"from {instance_id}: {refusal.error}"), job_id=assigned.job.id,
+              instance_id=instance_id)
+    log.warning("agent_refused", instance=instance_id, job_id=assigned.job.id, attempt=assigned.attempt.number,
+                why=refusal.error)
+    return refusal
+
+
+def _spec(job: JobRow) -> JobSpec:
+    return JobSpec.model_validate(job.spec_json)
+
+
+def _uri_refusal(spec: JobSpec, field: str, uri: str) -> Refusal | None:
+    """``uri`` must lie under the job's own output prefix (its job file says where: the dataset's
+    ``runs/<name>/``, ``infer.output``, the exported weights' folder), with no ``.``/``..`` step."""
+    prefix = outputs_prefix(spec)
+    if prefix is None:
+        return Refusal("forbidden", f"{field} {uri}: job {spec.name} writes nothing to object storage",
+                       f"send no {field}")
+    rest = uri[len(prefix):] if uri.startswith(prefix) else None
+    if rest is None and uri == prefix.rstrip("/"):
+        rest = ""
+    steps = (rest or "").split("/")
+    if rest is None or any(step in (".", "..") for step in steps) or any(c in rest for c in "\\?#"):
+        return Refusal("forbidden", f"{field} {uri} is outside job {spec.name}'s output prefix {prefix}",
+                       f"write under {prefix} and report a URI there")
+    return None
+
+
+def progress_refusal(s: Session, assigned: Assigned, instance_id: str, epochs_done: int,
+                     checkpoint_uri: str | None, now: datetime) -> Refusal | None:
+    """Whether ``report_progress`` may take this report: the count goes forward (the same count again
+    is a retry, taken as a no-op), within the job's epochs or shards, and the resume point lies under
+    the job's output prefix. A refusal is an ``agent_refused`` event."""
+    job = assigned.job
+    spec = _spec(job)
+    total = work_units(spec) or 0
+    unit = "shards" if total and spec.infer is not None else "epochs"
+    refusal: Refusal | None = None
+    if epochs_done > total:
+        refusal = Refusal("invalid", f"epochs_done {epochs_done} is more than job {job.id}'s {total} {unit}",
+                          f"report the {unit} finished, at most {total}")
+    elif epochs_done < job.epochs_done:
+        refusal = Refusal("invalid", f"epochs_done {epochs_done} is behind job {job.id}'s {job.epochs_done} "
+                                     f"{unit}: progress only goes forward", "report the count of finished units")
+    elif checkpoint_uri is not None:
+        refusal = _uri_refusal(spec, "checkpoint_uri", checkpoint_uri)
+    elif epochs_done > job.epochs_done and outputs_prefix(spec) is not None:
+        refusal = Refusal("invalid", f"epochs_done {epochs_done} comes without its checkpoint_uri",
+                          "send the resume point the finished units were uploaded to")
+    return _refused(s, assigned, instance_id, refusal, now) if refusal else None
+
+
+def finished_refusal(s: Session, assigned: Assigned, instance_id: str, outputs: str | None,
+                     now: datetime) -> Refusal | None:
+    """Whether ``report_finished`` may take the outputs prefix: under the job's own output prefix."""
+    refusal = _uri_refusal(_spec(assigned.job), "outputs", outputs) if outputs else None
+    return _refused(s, assigned, instance_id, refusal, now) if refusal else None
+
+
+def address_problem(addr: str) -> str | None:
+    """Why the other nodes must not dial ``addr``, or None: it must be a unicast address a peer in the
+    same network reaches (not loopback, link-local such as 169.254.169.254, unspecified, multicast,
+    reserved, or a cloud's metadata service)."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return f"{addr!r} is not an IP address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
+        return f"{addr} names a network interface: give the address alone"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for bad, what in ((ip.is_loopback, "loopback"), (ip.is_link_local, "link-local"),
+                      (ip.is_unspecified, "unspecified"), (ip.is_multicast, "multicast"),
+                      (ip.is_reserved, "reserved"), (ip in METADATA_ADDRESSES, "a cloud metadata service")):
+        if bad:
+            return f"{addr} is {what}: the other nodes cannot reach rank 0 there"
+    return None
+
+
+def rendezvous_refusal(s: Session, assigned: Assigned, instance_id: str, addr: str,
+                       now: datetime) -> Refusal | None:
+    """Whether rank 0 may advertise ``addr``: a multi-node job, a routable address, once per attempt
+    (the same address again is a retry)."""
+    refusal: Refusal | None = None
+    problem = address_problem(addr)
+    if assigned.nodes <= 1:
+        refusal = Refusal("invalid", f"job {assigned.job.id} runs on one node: it has no rendezvous",
+                          "a single-node attempt starts without one")
+    elif problem is not None:
+        refusal = Refusal("invalid", problem, "advertise the machine's private address in its network "
+                                              "(GPUSCHED_NODE_ADDR in the agent's environment)")
+    elif assigned.attempt.master_addr not in (None, addr):
+        refusal = Refusal("conflict", f"attempt {assigned.attempt.number} of job {assigned.job.id} already has "
+                                      f"its rendezvous at {assigned.attempt.master_addr}",
+                          "a gang meets at one address per attempt")
+    return _refused(s, assigned, instance_id, refusal, now) if refusal else None
+
+
+def reclaim_refusal(at: datetime, now: datetime) -> Refusal | None:
+    """A reclaim notice names a moment near now (``RECLAIM_NOTICE_WINDOW``)."""
+    if abs(at - now) > RECLAIM_NOTICE_WINDOW:
+        return Refusal("invalid", f"a reclaim notice for {at.isoformat()} is not near the daemon's time "
+                                  f"{now.isoformat()}", "pass on the time the cloud's notice gives")
+    return None
+
+
 def report_heartbeat(s: Session, instance_ids: Iterable[str], now: datetime) -> None:
     """The agents of these instances were heard at ``now`` (any call of theirs counts).
 
@@ -144,7 +302,7 @@ def report_hello(s: Session, instance_id: str, now: datetime, *, gpu_name: str, 
         return None
     report_heartbeat(s, [instance_id], now)
     memory = f", {gpu_memory_mib / 1024:.1f} GiB each" if gpu_memory_mib else ""
-    seen = f"{gpu_count} x {gpu_name or 'no GPU'}{memory} ({source})"
+    seen = f"{gpu_count} x {printable(gpu_name) or 'no GPU'}{memory} ({source})"
     agrees = gpu_model == row.gpu and gpu_count == row.gpu_count
     message = f"agent up: {seen}"
     if not agrees:
@@ -213,6 +371,7 @@ def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: dat
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return
+    message = printable(message)
     if outputs:
         job.outputs_uri = outputs
     attempt.state = move(ATTEMPT_MOVES, A.running, A.succeeded if ok else A.failed, "attempt")

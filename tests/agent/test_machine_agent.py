@@ -204,11 +204,12 @@ def test_a_machine_token_speaks_only_for_its_own_instance(store, sim_clock):
     assert job_state(store, b) == JobState.running.value
     with store.session(write=False) as s:
         assert s.get(JobRow, b).epochs_done == 0
-    # A token for a machine the daemon does not know: nothing to do but exit; no renewal, no hello.
+    # A token for a machine the daemon does not know opens nothing (the agent exits on a 401): no work,
+    # no renewal, no hello.
     ghost = machine_auth(API_TOKEN, "inst-0000000000ff", sim_clock)
-    assert http.get("/v1/agent/work", headers=ghost).json() == {"action": "exit"}
-    assert http.post("/v1/agent/token", headers=ghost).status_code == 409
-    assert http.post("/v1/agent/hello", headers=ghost, json={"gpu_count": 1, "source": "nvml"}).status_code == 409
+    assert http.get("/v1/agent/work", headers=ghost).status_code == 401
+    assert http.post("/v1/agent/token", headers=ghost).status_code == 401
+    assert http.post("/v1/agent/hello", headers=ghost, json={"gpu_count": 1, "source": "nvml"}).status_code == 401
     # Forged, expired, or the daemon's own token: not a machine's.
     forged = machine_auth("another-daemon-token-0123456789", "inst-00000000000a", sim_clock)
     expired = {"Authorization": "Bearer " + agent_token.issue(

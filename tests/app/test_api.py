@@ -17,7 +17,7 @@ import yaml
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from scheduler.app.api import create_app
+from scheduler.app.api import MAX_BODY_BYTES, create_app
 from scheduler.clock import SimClock
 from scheduler.errors import SettingsError
 from scheduler.jobs.jobfile import parse_job
@@ -38,6 +38,7 @@ JOB: dict[str, Any] = {
     "train": {"epochs": 30},
     "policy": {"budget": "800 CNY"},
 }
+RUN = "s3://bucket/datasets/helmet/runs/helmet-v3/"  # the job's own output prefix: <data.uri>/runs/<name>/
 
 
 def settings(token: str | None = TOKEN) -> Settings:
@@ -214,7 +215,7 @@ def test_broken_yaml_is_422_too(client: TestClient) -> None:
         (json.dumps({"spec": JOB, "source": 7}).encode(), "application/json", 400),
         (b"\xff\xfe", "application/yaml", 400),
         (b"name: x", "text/plain", 415),
-        (b"x" * ((1 << 20) + 1), "application/yaml", 413),
+        (b"x" * (MAX_BODY_BYTES + 1), "application/yaml", 413),
     ],
 )
 def test_malformed_requests_get_an_error_with_a_fix(
@@ -352,7 +353,7 @@ def test_agent_gets_its_work_and_reports_progress_and_finish_with_its_machine_to
     assert (work["node_rank"], work["nodes"], work["master_addr"]) == (0, 1, None)
     assert work["spec"]["name"] == "helmet-v3" and work["epochs_done"] == 0
     mine = {"job_id": job["id"], "attempt": 1}
-    r = client.post("/v1/agent/progress", json={**mine, "epochs_done": 7, "checkpoint_uri": "s3://b/last.pt"},
+    r = client.post("/v1/agent/progress", json={**mine, "epochs_done": 7, "checkpoint_uri": f"{RUN}weights/last.pt"},
                     headers=auth)
     assert r.status_code == 204
     assert client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()["epochs_done"] == 7
@@ -373,7 +374,7 @@ def test_the_agent_reports_the_batch_that_fitted_and_where_the_outputs_went(
     mine = {"job_id": job["id"], "attempt": 1}
     assert client.get("/v1/agent/work", headers=auth).json()["capacity"] == "on-demand"
     r = client.post("/v1/agent/progress", headers=auth,
-                    json={**mine, "epochs_done": 1, "checkpoint_uri": "s3://b/runs/x/weights/last.pt",
+                    json={**mine, "epochs_done": 1, "checkpoint_uri": f"{RUN}weights/last.pt",
                           "physical_batch": 8})
     assert r.status_code == 204
     detail = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
@@ -384,11 +385,11 @@ def test_the_agent_reports_the_batch_that_fitted_and_where_the_outputs_went(
         path = "/progress" if "physical_batch" in bad else "/finished"
         body = {**mine, **({"epochs_done": 2} if path == "/progress" else {"ok": True}), **bad}
         assert client.post(f"/v1/agent{path}", headers=auth, json=body).status_code == 400
-    r = client.post("/v1/agent/finished", headers=auth, json={**mine, "ok": True, "message": "outputs in s3://b/runs/x/",
-                                                            "outputs": "s3://b/runs/x/"})
+    r = client.post("/v1/agent/finished", headers=auth, json={**mine, "ok": True, "message": f"outputs in {RUN}",
+                                                            "outputs": RUN})
     assert r.status_code == 204
     detail = client.get(f"/v1/jobs/{job['id']}", headers=AUTH).json()
-    assert detail["state"] == "succeeded" and detail["outputs"] == "s3://b/runs/x/"
+    assert detail["state"] == "succeeded" and detail["outputs"] == RUN
 
 
 def test_agent_token_cannot_act_as_admin_and_admin_token_is_not_an_agent_token(client: TestClient, store: Store,
