@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from scheduler.errors import GpuschedError, JobFileError, ProviderError, UserError
 
@@ -184,7 +185,8 @@ def status(
     for j in jobs:
         unit = "shards" if j.kind == "infer" else "ep"
         progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
-        table.add_row(j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")
+        # Text, not markup: a reason can be a machine's finish message, and "[/x]" in it must print as is.
+        table.add_row(*(Text(str(v)) for v in (j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")))
     out.print(table)
 
 
