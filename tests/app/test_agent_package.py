@@ -22,8 +22,8 @@ from scheduler.app.wiring import run_daemon
 from scheduler.clock import SimClock
 from scheduler.errors import SettingsError
 from scheduler.settings import Settings
-from scheduler.store.database import Store
 from tests.agent.wheels import small_wheel
+from tests.lifecycle.test_lifecycle import World, job_spec
 
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 TOKEN = "api-token-for-tests-0123456789"
@@ -37,14 +37,6 @@ def settings(**kw: object) -> Settings:
 @pytest.fixture
 def wheel(tmp_path: Path) -> Path:
     return small_wheel(tmp_path / "wheels", daemon_version())
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'gpusched.db'}")
-    s.migrate()
-    yield s
-    s.dispose()
 
 
 def pinned_sha256(user_data: str) -> str:
@@ -178,3 +170,31 @@ def test_a_live_daemon_without_a_wheel_does_not_start(tmp_path):
     with pytest.raises(SettingsError, match="no agent wheel is configured") as err:
         run_daemon(settings(backend="live", data_dir=tmp_path))
     assert "GPUSCHED_AGENT_WHEEL" in err.value.fix
+
+
+# --- the tick: what a launched machine is given --------------------------------------------------
+
+
+def test_a_launched_machine_installs_the_wheel_the_daemon_serves(store, sim_clock, wheel):
+    w = World(store, sim_clock)
+    w.settings = settings(cluster="t", providers=["alibaba"], agent_wheel=str(wheel),
+                          agent_api_url="https://gpusched.example:8642")
+    package = agent_package(w.settings)
+    w.ctx = w.new_ctx(agent_package=package)
+    w.submit(job_spec())
+    w.step()
+    [inst] = w.cloud.all_instances()
+    assert pinned_sha256(inst.user_data) == hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+def test_a_live_tick_with_no_wheel_launches_nothing(store, sim_clock):
+    """The daemon does not start so; a context built around it still launches no machine without an agent."""
+    w = World(store, sim_clock)
+    w.settings = settings(cluster="t", providers=["alibaba"], backend="live")
+    w.ctx = w.new_ctx()
+    w.submit(job_spec())
+    try:
+        w.step()
+    except SettingsError as exc:
+        assert "no agent wheel is configured" in exc.message
+    assert w.cloud.all_instances() == []
