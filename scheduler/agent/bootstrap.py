@@ -104,6 +104,18 @@ print(f"gpusched: installed {WHEEL.name} (sha256 {digest})", flush=True)
 """)
 
 
+class _Block(str):
+    """A multi-line string YAML writes as a literal block: an operator reads the script as it runs."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Block, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                                                               style="|"))
+
+
 def install_script(package: AgentPackage, api_url: str) -> str:
     """The Python that installs ``package`` on a machine whose daemon is at ``api_url``."""
     return _INSTALL.substitute(
@@ -184,14 +196,14 @@ def render_user_data(
     ]
     if package is not None:
         write_files.append({"path": INSTALL_SCRIPT, "permissions": "0700", "owner": "root:root",
-                            "content": install_script(package, api_url)})
+                            "content": _Block(install_script(package, api_url))})
         runcmd.append(["python3", INSTALL_SCRIPT])
     runcmd += [
         ["systemctl", "daemon-reload"],
         ["systemctl", "enable", "--now", "gpusched-agent.service"],
     ]
     doc = {"write_files": write_files, "runcmd": runcmd}
-    return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, width=1000)
+    return "#cloud-config\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 def user_data_for(api_url: str, api_token: str, instance_id: str, now: datetime, est_hours: float, *,
