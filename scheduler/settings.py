@@ -42,6 +42,13 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     # How instances reach the API (the agent reports progress there); empty: api_url.
     agent_api_url: str = ""
+    # The gpusched wheel machines install: exactly the daemon's version, pinned by sha256 in their user-data,
+    # never a name lookup on a public index (scheduler/agent/package.py). Either a wheel file, or a folder
+    # holding one, that the daemon serves to its machines (deploy/Dockerfile builds it) ...
+    agent_wheel: str = ""
+    # ... or a URL where the operator publishes that wheel, with its sha256.
+    agent_wheel_url: str = ""
+    agent_wheel_sha256: str = ""
 
     # --- the lifecycle
     tick_seconds: float = Field(default=10.0, gt=0)

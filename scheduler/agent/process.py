@@ -16,6 +16,7 @@ Launch = Callable[[Sequence[str]], subprocess.Popen]
 LOG_TAIL_LINES = 15
 MESSAGE_TAIL_CHARS = 1500  # the API takes a finish message of at most 2,000 characters
 READ_TAIL_BYTES = 256 * 1024  # what is read of a long log to judge how the run ended
+FONT = "Arial.ttf"  # what YOLOv9's check_font() fetches from the internet when its config folder lacks it
 
 
 def log_path_for(cfg: AgentConfig, job_name: str, attempt: int) -> Path:
@@ -63,11 +64,14 @@ def job_environment(cfg: AgentConfig) -> dict[str, str]:
 
     PyTorch >= 2.6 loads checkpoints with ``weights_only`` and refuses YOLOv9's own (every ``--resume``
     and the end-of-training validation fail): the checkpoints are ours, so the old behaviour is safe.
-    YOLOv9 downloads a font on first use unless its config folder has one; the folder is kept in the
-    work directory so that an image's copy (``YOLOV5_CONFIG_DIR``) wins when it sets one."""
+    YOLOv9 downloads a font on first use unless its config folder has one (a machine without internet
+    fails there): the image's copy is used where it has one, in ``YOLOV5_CONFIG_DIR`` when the unit's
+    environment sets it, else in YOLOv9's default folder (``~/.config/Ultralytics``, where running
+    YOLOv9 once while building the image leaves it); otherwise a folder in the work directory."""
     env = dict(os.environ)
     env.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    env.setdefault("YOLOV5_CONFIG_DIR", str(Path(cfg.workdir) / "yolo-config"))
+    cached = Path.home() / ".config" / "Ultralytics"
+    env.setdefault("YOLOV5_CONFIG_DIR", str(cached if (cached / FONT).is_file() else Path(cfg.workdir) / "yolo-config"))
     env.pop("GPUSCHED_AGENT_TOKEN", None)  # the job's code never needs the agent's token
     return env
 

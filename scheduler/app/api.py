@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
+from scheduler.agent.package import AgentPackage
 from scheduler.app.guard import AuthFirst, bearer
 from scheduler.clock import Clock
 from scheduler.errors import (
@@ -312,7 +313,7 @@ def _refusal(r: Refusal) -> _BadRequest:
     return _BadRequest(_REFUSAL_STATUS[r.kind], r.error, r.fix)
 
 
-def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
+def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPackage | None = None) -> APIRouter:
     """Routes for on-instance agents. Each machine's agent authenticates with its machine token
     (scoped to its instance row), never the API token; every call counts as a heartbeat. The routes
     are thin: the token (and that its instance is not terminated), then whether the job and attempt
@@ -463,6 +464,17 @@ def _agent_router(store: Store, clock: Clock, api_token: str) -> APIRouter:
                     at=body.at.isoformat())
         return Response(status_code=204)
 
+    @router.get("/package")
+    def agent_wheel(instance_id: str = Depends(machine)) -> Response:
+        """The daemon's own gpusched wheel, which the user-data installs after checking its pinned sha256
+        (``scheduler/agent/package.py``). Not a heartbeat: the agent is not running yet."""
+        if package is None or package.content is None:
+            raise _BadRequest(404, "this daemon serves no agent wheel",
+                              "set GPUSCHED_AGENT_WHEEL on the daemon, or pin GPUSCHED_AGENT_WHEEL_URL/_SHA256")
+        log.info("agent_package_served", instance=instance_id, wheel=package.filename, sha256=package.sha256)
+        return Response(package.content, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{package.filename}"'})
+
     return router
 
 
@@ -473,8 +485,10 @@ def create_app(
     *,
     health: Callable[[], dict[str, Any]] | None = None,
     metrics: Callable[[], str] | None = None,
+    agent_package: AgentPackage | None = None,
 ) -> FastAPI:
-    """The API on ``store``. ``health`` adds the daemon's tick status to /healthz; ``metrics`` its counters."""
+    """The API on ``store``. ``health`` adds the daemon's tick status to /healthz; ``metrics`` its counters;
+    ``agent_package`` is the wheel served to machines at ``GET /v1/agent/package`` (when the daemon serves one)."""
     token = require_token(settings)
     register_secret(token)
     expected = token.encode()
@@ -525,7 +539,7 @@ def create_app(
         return view
 
     app.include_router(v1)
-    app.include_router(_agent_router(store, clock, token))
+    app.include_router(_agent_router(store, clock, token, agent_package))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

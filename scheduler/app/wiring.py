@@ -10,6 +10,7 @@ import structlog
 
 from providers.registry import build_providers
 from scheduler.accounting.reports import previous_month, write_monthly_report
+from scheduler.agent.package import agent_package
 from scheduler.app.api import create_app
 from scheduler.app.daemon import Daemon
 from scheduler.clock import Clock, ScaledClock, SystemClock
@@ -32,8 +33,9 @@ def run_daemon(settings: Settings) -> None:
     clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else ScaledClock(settings.sandbox_speedup)
     store = Store(settings.db_url)
     store.migrate()
+    package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     providers = build_providers(settings, clock)
-    ctx = TickContext.build(store, providers, clock, settings)
+    ctx = TickContext.build(store, providers, clock, settings, agent_package=package)
     agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
         if settings.backend == "sandbox" or settings.sim_agents else None
 
@@ -46,9 +48,12 @@ def run_daemon(settings: Settings) -> None:
         return write_monthly_report(settings, previous_month(clock.now()), now=clock.now(), store=store)
 
     daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report, app=None)
-    app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics)
+    app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics, agent_package=package)
     daemon.app = app
     log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,
              store=settings.db_url.split("@")[-1])
+    if package is not None:
+        log.info("agent_package", wheel=package.filename, sha256=package.sha256,
+                 source="served by the daemon" if package.served_by_daemon else package.url)
     daemon.start_jobs()
     daemon.serve()

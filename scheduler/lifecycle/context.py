@@ -12,6 +12,7 @@ import structlog
 
 from providers.base import Provider, ProviderError
 from providers.retry import call_with_retry
+from scheduler.agent.package import AgentPackage
 from scheduler.clock import Clock
 from scheduler.lifecycle.idle_window import WarmMemo
 from scheduler.lifecycle.offerbook import OfferBook
@@ -52,6 +53,8 @@ class TickContext:
     resume_after_preemption: bool = True
     # Repeatable instance ids for simulations; None in the daemon.
     ids: random.Random | None = None
+    # The wheel machines install (``scheduler.agent.package``); None where no machine boots a real agent.
+    agent_package: AgentPackage | None = None
 
     # Parsed job specs by job id: a spec never changes after submission, and validating it
     # again for every running job on every tick was a good part of a busy tick.
@@ -61,6 +64,7 @@ class TickContext:
     def build(cls, store: Store, providers: Mapping[str, Provider], clock: Clock, settings: Settings, *,
               seed: int | None = None,
               strategy: Literal["gpusched", "on-demand", "spot-greedy", "skypilot-like"] = "gpusched",
+              agent_package: AgentPackage | None = None,
               ) -> TickContext:
         """The one way to make a context: the daemon passes no seed; the demo and the simulator seed
         the back-off jitter and the instance ids so a run repeats exactly, and the simulator names
@@ -69,7 +73,7 @@ class TickContext:
             store=store, providers=providers, clock=clock, settings=settings,
             policy=PlannerPolicy(currency=settings.report_currency, fx=settings.fx, strategy=strategy),
             rng_seed=seed or 0, ids=None if seed is None else random.Random(seed),
-            resume_after_preemption=strategy != "skypilot-like",
+            resume_after_preemption=strategy != "skypilot-like", agent_package=agent_package,
         )
 
     def spec_of(self, job_id: str, spec_json: dict) -> JobSpec:

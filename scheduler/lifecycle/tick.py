@@ -41,6 +41,8 @@ from providers.base import (
 )
 from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
+from scheduler.agent.package import WHEEL_FIX, boots_real_machines
+from scheduler.errors import SettingsError
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
 from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
@@ -391,13 +393,17 @@ def _user_data(ctx: TickContext, row: InstanceRow, attempt: AttemptRow, offer: O
     of the attempt's creation, so a re-issued launch sends byte-identical parameters (clouds
     reject a reused client token with different ones). Without an API token (demo, tests) there
     is no agent API. The agent asks the daemon for its work (a gang node learns its rank there),
-    so a warm machine's next job needs none of this again."""
+    so a warm machine's next job needs none of this again. A machine that runs a real agent installs
+    the daemon's own wheel (``ctx.agent_package``); the daemon does not start without one."""
     token = ctx.settings.api_token
     if token is None:
         return ""
+    if ctx.agent_package is None and boots_real_machines(ctx.settings):
+        raise SettingsError("no agent wheel is configured: a machine launched now could not install gpusched",
+                            fix=WHEEL_FIX)
     return user_data_for(ctx.settings.agent_api_url or ctx.settings.base_url, token.get_secret_value(), row.id,
-                         utc(attempt.created_at), attempt.est_hours or 1.0, gpu=offer.gpu, gpu_count=offer.gpu_count,
-                         cloud=offer.provider)
+                         utc(attempt.created_at), attempt.est_hours or 1.0, package=ctx.agent_package,
+                         gpu=offer.gpu, gpu_count=offer.gpu_count, cloud=offer.provider)
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:

@@ -128,11 +128,18 @@ def test_the_job_environment_keeps_the_machine_and_drops_the_agent_token(monkeyp
     monkeypatch.setenv("GPUSCHED_AGENT_TOKEN", "secret")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("YOLOV5_CONFIG_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     cfg = AgentConfig(api="http://x", instance_id="inst-1", token="secret", workdir=str(tmp_path))
     env = job_environment(cfg)
     assert "GPUSCHED_AGENT_TOKEN" not in env and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"  # YOLOv9's checkpoints load under torch >= 2.6
     assert env["YOLOV5_CONFIG_DIR"] == str(tmp_path / "yolo-config")
-    monkeypatch.setenv("YOLOV5_CONFIG_DIR", "/image/fonts")  # the image's own wins
+    # A font the image cached where YOLOv9 keeps it (running YOLOv9 once while building the image) is used.
+    cached = tmp_path / "home" / ".config" / "Ultralytics"
+    cached.mkdir(parents=True)
+    (cached / "Arial.ttf").write_bytes(b"a TrueType font")
+    assert job_environment(cfg)["YOLOV5_CONFIG_DIR"] == str(cached)
+    monkeypatch.setenv("YOLOV5_CONFIG_DIR", "/image/fonts")  # the image's own setting wins
     assert job_environment(cfg)["YOLOV5_CONFIG_DIR"] == "/image/fonts"
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import hmac
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
 
 from scheduler.agent import tokens as agent_token
-from scheduler.agent.bootstrap import user_data_for
+from scheduler.agent.bootstrap import INSTALL_SCRIPT, user_data_for
+from scheduler.agent.package import AgentPackage
 from scheduler.agent.tokens import AgentTokenError
 
 NOW = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
@@ -19,9 +22,13 @@ CLOUD_SECRETS = ["wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "LTAI5tFakeAlibabaS
 
 
 INSTANCE = "inst-0123456789ab"
+WHEEL = b"the daemon's own wheel"
+SERVED = AgentPackage(filename="gpusched-0.1.0-py3-none-any.whl", sha256=hashlib.sha256(WHEEL).hexdigest(),
+                      version="0.1.0", content=WHEEL)
 
 
 def render(**kw) -> str:
+    kw.setdefault("package", SERVED)
     return user_data_for("https://gpusched.internal:8642", API_TOKEN, INSTANCE, NOW, 3.0, **kw)
 
 
@@ -63,7 +70,7 @@ def test_agent_token_is_scoped_to_its_machine_and_expires_with_the_machines_life
     assert agent_token.verify(key, token, NOW + timedelta(hours=1)) == INSTANCE
     # The token and the shutdown backstop end together: at least a day, three times the estimate.
     assert agent_token.expires_at(token) == NOW + timedelta(hours=24)
-    assert agent_token.expires_at(agent_env(user_data_for("https://x", API_TOKEN, INSTANCE, NOW, 20.0))[
+    assert agent_token.expires_at(agent_env(user_data_for("https://x", API_TOKEN, INSTANCE, NOW, 20.0, package=None))[
         "GPUSCHED_AGENT_TOKEN"]) == NOW + timedelta(hours=60)
     doc = yaml.safe_load(render())
     assert any("shutdown -h +1440 " in " ".join(cmd) for cmd in doc["runcmd"])
@@ -116,3 +123,58 @@ def test_a_machine_whose_agent_never_starts_stops_itself_within_half_an_hour(tmp
 def test_user_data_names_the_cloud_a_spot_machine_reads_its_reclaim_notice_from():
     assert "GPUSCHED_AGENT_CLOUD" not in agent_env(render())
     assert agent_env(render(cloud="tencent"))["GPUSCHED_AGENT_CLOUD"] == "tencent"
+
+
+# --- what the machine installs ---------------------------------------------------------------
+
+
+def install_script(text: str) -> str:
+    doc = yaml.safe_load(text)
+    return next(f for f in doc["write_files"] if f["path"] == INSTALL_SCRIPT)["content"]
+
+
+def pinned_constant(script: str, name: str) -> str:
+    line = next(line for line in script.splitlines() if line.startswith(f"{name} = "))
+    return ast.literal_eval(line.split(" = ", 1)[1].split("  #")[0])
+
+
+def test_user_data_never_asks_a_package_index_for_gpusched_by_name():
+    pinned = AgentPackage(filename="gpusched-0.1.0-py3-none-any.whl", sha256="ab" * 32, version="0.1.0",
+                          url="https://files.example/gpusched-0.1.0-py3-none-any.whl")
+    for package in (SERVED, pinned):
+        text = render(package=package)
+        doc = yaml.safe_load(text)
+        script = install_script(text)
+        # One pip install in all, in the script, and its target is the downloaded file, by its path.
+        assert not any("pip" in " ".join(cmd) for cmd in doc["runcmd"])
+        [pip] = [line for line in script.splitlines() if "pip" in line and "install" in line]
+        assert pip.strip().endswith('"install", "--quiet", str(WHEEL) + "[agent]"], check=True)')
+        assert 'WHEEL = Path(PREFIX, "dist", FILENAME)' in script
+        assert pinned_constant(script, "FILENAME") == "gpusched-0.1.0-py3-none-any.whl"
+        assert pinned_constant(script, "SHA256") == package.sha256
+        assert not re.search(r"install\W+(-\S+\W+)*gpusched\b", text)
+        assert ["python3", INSTALL_SCRIPT] in doc["runcmd"]
+        # Installed before the unit starts; the backstops are set before either.
+        order = [" ".join(cmd) for cmd in doc["runcmd"]]
+        install = order.index(f"python3 {INSTALL_SCRIPT}")
+        assert install < order.index("systemctl enable --now gpusched-agent.service")
+        assert all(i < install for i, cmd in enumerate(order) if "shutdown" in cmd)
+        assert len(text.encode()) < 16 * 1024  # AWS and Tencent take at most 16 KB of user-data
+
+
+def test_the_token_goes_only_to_the_daemon_and_never_into_the_install_script():
+    served, pinned_url = install_script(render()), "https://files.example/gpusched-0.1.0-py3-none-any.whl"
+    assert pinned_constant(served, "URL") == "https://gpusched.internal:8642/v1/agent/package"
+    assert pinned_constant(served, "SEND_TOKEN") is True
+    pinned = install_script(render(package=AgentPackage(filename="gpusched-0.1.0-py3-none-any.whl",
+                                                        sha256="cd" * 32, version="0.1.0", url=pinned_url)))
+    assert pinned_constant(pinned, "URL") == pinned_url and pinned_constant(pinned, "SEND_TOKEN") is False
+    token = agent_env(render())["GPUSCHED_AGENT_TOKEN"]
+    assert token not in served and token not in pinned  # read from the 0600 env file when it is needed
+
+
+def test_a_machine_that_boots_nothing_gets_no_install_step():
+    doc = yaml.safe_load(render(package=None))
+    assert all(f["path"] != INSTALL_SCRIPT for f in doc["write_files"])
+    assert not any("pip" in " ".join(cmd) or INSTALL_SCRIPT in cmd for cmd in doc["runcmd"])
+    assert ["systemctl", "enable", "--now", "gpusched-agent.service"] in doc["runcmd"]
