@@ -37,7 +37,7 @@ from scheduler.errors import (
     SettingsError,
     UserError,
 )
-from scheduler.jobs.jobfile import parse_job, parse_job_text
+from scheduler.jobs.jobfile import parse_job, parse_job_text, too_deep
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
@@ -171,6 +171,8 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
                           "send application/json {\"spec\": ..., \"source\": ...} or application/yaml")
     try:
         envelope = json.loads(body)
+    except RecursionError:  # nested deeper than the decoder goes: the job file's own depth bound says why
+        raise too_deep(request.query_params.get("source") or "job.yaml") from None
     except ValueError:
         raise _BadRequest(400, "the request body is not valid JSON",
                           "send {\"spec\": <the job as JSON>, \"source\": \"job.yaml\"}") from None
