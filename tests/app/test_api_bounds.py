@@ -28,9 +28,7 @@ from scheduler.store.tables import JobRow
 from tests.app.test_api import AUTH, JOB, NOW, TOKEN, clock, migrated_db, settings, store  # noqa: F401 - fixtures
 from tests.app.test_cli import gpusched
 from tests.app.test_daemon import _answers, daemons, free_port, make_daemon  # noqa: F401 - fixture
-
-BOMB = ('a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
-        + "".join(f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")))
+from tests.jobs.test_jobfile_limits import BOMB
 
 
 @pytest.fixture
