@@ -38,6 +38,7 @@ from scheduler.errors import (
     UserError,
 )
 from scheduler.jobs.jobfile import parse_job, parse_job_text, too_deep
+from scheduler.jobs.jobfile_limits import has_lone_surrogate
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
@@ -52,6 +53,7 @@ from scheduler.lifecycle.agent_reports import (
     work_for,
 )
 from scheduler.lifecycle.service import JobDetail, JobView
+from scheduler.limits import MAX_TEXT_CHARS
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec
 from scheduler.settings import Settings
@@ -63,6 +65,7 @@ log = get_logger(__name__)
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 JSON_TYPES = frozenset({"application/json", ""})
 MAX_BODY_BYTES = 1 << 20  # a job file is a few hundred bytes; anything near this is a mistake
+MAX_SOURCE_CHARS = MAX_TEXT_CHARS  # a file name or path, as the CLI sends it
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
@@ -160,7 +163,7 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
         raise too_big
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype in YAML_TYPES:
-        source = request.query_params.get("source") or "job.yaml"
+        source = _file_name(request.query_params.get("source") or "job.yaml")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -182,7 +185,16 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     source = envelope.get("source") or "job.yaml"
     if not isinstance(source, str):
         raise _BadRequest(400, "\"source\" must be a file name", "e.g. \"source\": \"helmet.yaml\"")
+    source = _file_name(source)
     return await run_in_threadpool(parse_job, envelope["spec"], source), source
+
+
+def _file_name(source: str) -> str:
+    """``source`` is echoed in errors and kept in the job's events: a file name, printable and storable."""
+    if len(source) > MAX_SOURCE_CHARS or has_lone_surrogate(source):
+        raise _BadRequest(400, f"\"source\" must be a file name of at most {MAX_SOURCE_CHARS} characters "
+                          "of valid Unicode", "e.g. \"source\": \"helmet.yaml\"")
+    return source
 
 
 def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> list[str]:

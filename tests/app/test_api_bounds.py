@@ -116,6 +116,14 @@ def test_a_lone_surrogate_in_json_is_422_and_the_answer_is_valid_json(client: Te
     assert r.status_code == 422 and r.json()["problems"][0]["field"] == "\\udc80x"
 
 
+@pytest.mark.parametrize("source", ["\ud800.yaml", "x" * 5000])
+def test_a_source_name_that_cannot_be_shown_or_stored_is_400(client: TestClient, source: str) -> None:
+    for spec in (JOB, {**JOB, "name": "Not Valid"}):
+        r = client.post("/v1/jobs", content=json.dumps({"spec": spec, "source": source}),
+                        headers=AUTH | {"content-type": "application/json"})
+        assert r.status_code == 400 and "\"source\" must be a file name" in r.json()["error"]
+
+
 def _legacy_row(store: Store, now: datetime) -> None:  # noqa: F811
     """A job as the API stored it before the bounds: a budget SQLite keeps as infinity."""
     spec = parse_job(JOB, "x.yaml").model_dump(mode="json")
