@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from sqlalchemy import select
 
+from scheduler.accounting.reports import build_report
 from scheduler.lifecycle import service
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.states import JobState
@@ -133,8 +134,14 @@ def test_a_running_job_stored_before_the_bounds_is_failed_and_its_machine_freed(
     with w.store.session() as s:  # as if stored before the bounds, now read back by a restarted daemon
         row = s.get(JobRow, job_id)
         row.spec_json = {**row.spec_json, "policy": {**row.spec_json["policy"], "budget": "1e999999999 CNY"}}
+        row.budget_amount, row.budget_currency = Decimal("1e999999999"), "CNY"  # SQLite: infinity
     ctx = w.new_ctx()
     w.step(ctx=ctx)
     assert w.job(job_id).state == JobState.failed.value
     w.step(2, ctx=ctx)
     assert all(i.job_id is None for i in w.instances())  # its machine is idle, for the reaper or the next job
+    with w.store.session(write=False) as s:  # the month's report lists its cost, without the budget
+        report = build_report(s, w.clock.now().strftime("%Y-%m"), currency="CNY", fx=w.settings.fx,
+                              now=w.clock.now())
+    [cost] = [j for j in report.jobs if j.id == job_id]
+    assert cost.budget is None and cost.cost.amount > 0
