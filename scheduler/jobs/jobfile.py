@@ -182,6 +182,13 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 - PyYAML's name
+        # Refused while scanning, before the composer: each open bracket may start a key, so the scanner
+        # looks ahead up to 1,024 characters at every level, and 5,000 brackets took about a second.
+        if self.flow_level >= MAX_DEPTH:
+            raise _Refused(None, None, DEPTH_MESSAGE, self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         digits = sum(c.isdigit() for c in str(node.value))
         if digits > MAX_INT_DIGITS + 2:  # room for a 0x / 0o prefix; the bound itself is jobfile_limits'
