@@ -49,12 +49,16 @@ def test_a_single_alias_is_refused_too_and_anchors_alone_are_fine() -> None:
 
 @pytest.mark.parametrize("text", [
     "name: " + "[" * 5000 + "]" * 5000 + "\n",  # flow style
+    "name: " + "[a, " * 15000 + "]" * 15000 + "\n",
     "name: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
     "".join("  " * i + f"k{i}:\n" for i in range(200)) + "  " * 200 + "v\n",  # block style
 ])
 def test_yaml_nested_deeper_than_the_bound_is_one_problem(text: str) -> None:
+    started = time.perf_counter()
     [(field, message)] = problems(text)
+    took = time.perf_counter() - started
     assert field == "(file)" and f"nests deeper than {MAX_DEPTH} levels" in message
+    assert took < 0.2, f"{took:.3f} s"  # brackets are counted while scanning: about 1 s before
 
 
 def test_a_document_nested_deeper_than_the_bound_is_refused_with_where() -> None:
