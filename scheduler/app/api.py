@@ -461,6 +461,16 @@ def create_app(
                 body.update(status="error", error=f"{type(exc).__name__}: {exc}")
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
+    @app.get("/livez")
+    def livez() -> JSONResponse:
+        """Liveness: 503 only when a restart would help (stopped, stalled). Failing ticks are /healthz's
+        business (readiness): restarting does not bring a cloud API back."""
+        answer = healthz()
+        body = json.loads(answer.body)
+        live = body["status"] in ("ok", "failing")
+        return JSONResponse({"status": "ok" if live else body["status"], "last_tick": body.get("last_tick")},
+                            status_code=200 if live else 503)
+
     @app.get("/metrics")
     def prometheus() -> Response:
         lines = _gauge("gpusched_jobs", "Jobs in the store, by state.", "state", service.job_counts(store))

@@ -160,10 +160,15 @@ def test_healthz_is_503_with_the_error_once_ticks_keep_failing(store: Store, clo
         assert c.get("/healthz").status_code == 200  # two in a row may be a passing cloud outage
         d.run_tick()
         r = c.get("/healthz")
+        live = c.get("/livez")
         metrics = c.get("/metrics").text
+        d.shutdown()
+        stopped = c.get("/livez")
     forget_secrets()
     assert r.status_code == 503
     assert r.json()["status"] == "failing" and r.json()["last_error"] == "ArithmeticError: a job broke the tick"
+    assert live.status_code == 200  # liveness: a restart would not bring a failing cloud API back
+    assert stopped.status_code == 503 and stopped.json()["status"] == "stopped"
     assert "gpusched_tick_errors_total 3" in metrics and "gpusched_tick_errors_in_a_row 3" in metrics
 
 
