@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from scheduler.limits import MAX_DEADLINE_AHEAD, budget_problem, deadline_time_problem, duration_problem
 from scheduler.money import Money
 
 MODELS = tuple(f"{f}-{s}" for f in ("yolov9", "gelan") for s in "tsmce")
@@ -38,6 +39,9 @@ def parse_duration(text: str) -> timedelta:
     m = _DURATION_RE.match(text)
     if not m or not any(m.groups()):
         raise ValueError(f"{text!r} is neither an ISO time with a UTC offset nor a duration like '36h'")
+    too_long = duration_problem(*(x or "" for x in m.groups()))
+    if too_long:
+        raise ValueError(f"{text.strip()!r} {too_long}")
     d, h, mins = (int(x) if x else 0 for x in m.groups())
     delta = timedelta(days=d, hours=h, minutes=mins)
     if delta <= timedelta(0):
@@ -138,6 +142,11 @@ class PolicySpec(Frozen):
             raise ValueError("give a time of day and a UTC offset, e.g. 2026-12-10T18:00:00+08:00")
         if isinstance(v, datetime) and v.tzinfo is None:
             raise ValueError("a deadline needs a UTC offset, e.g. 2026-12-10T18:00:00+08:00")
+        if isinstance(v, datetime) and (far := deadline_time_problem(v)):
+            raise ValueError(far)
+        if isinstance(v, timedelta) and (v <= timedelta(0) or v > MAX_DEADLINE_AHEAD):
+            raise ValueError(f"a deadline must be positive and at most {MAX_DEADLINE_AHEAD.days} days "
+                             "after submission")
         if isinstance(v, (int, float)):
             raise ValueError("a deadline is an ISO time or a duration string like '36h'")
         return v
@@ -160,6 +169,15 @@ class PolicySpec(Frozen):
             return Money.parse(v)
         if isinstance(v, (int, float, Decimal)):
             raise ValueError("a budget needs a currency, e.g. '800 CNY' or '120 USD'")
+        return v
+
+    @field_validator("budget", mode="after")
+    @classmethod
+    def _budget_bounded(cls, v: Money | None) -> Money | None:
+        # However it was written (text, or {amount, currency} through the API), the same bounds.
+        problem = None if v is None else budget_problem(v.amount, v.currency)
+        if problem:
+            raise ValueError(problem)
         return v
 
 

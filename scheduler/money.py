@@ -90,7 +90,10 @@ class Money(BaseModel):
         return Money(amount=self.amount.quantize(_CENT, rounding=ROUND_HALF_EVEN), currency=self.currency)
 
     def __str__(self) -> str:
-        return f"{self.amount.quantize(_CENT, rounding=ROUND_HALF_EVEN):,} {self.currency}"
+        try:
+            return f"{self.amount.quantize(_CENT, rounding=ROUND_HALF_EVEN):,} {self.currency}"
+        except InvalidOperation:  # not finite, or too large to round to cents: shown as it is
+            return f"{self.amount:.6E} {self.currency}" if self.amount.is_finite() else f"{self.amount} {self.currency}"
 
 
 class FxRates(BaseModel):

@@ -329,7 +329,8 @@ def _jobs(
     for job_id, (hours, cost, od) in this_month.items():
         row, seen = rows.get(job_id), first_seen[job_id]
         budget = None
-        if row is not None and row.budget_amount is not None and row.budget_currency is not None:
+        if row is not None and row.budget_amount is not None and row.budget_currency is not None \
+                and row.budget_amount.is_finite():  # not: a row stored before the bounds (scheduler.limits)
             budget = _m(_convert(row.budget_amount, row.budget_currency, currency, fx), currency)
         to_date = _m(earlier[job_id] + cost, currency)
         out.append(

@@ -43,7 +43,8 @@ from scheduler.errors import (
     SettingsError,
     UserError,
 )
-from scheduler.jobs.jobfile import parse_job, parse_job_text
+from scheduler.jobs.jobfile import parse_job, parse_job_text, too_deep
+from scheduler.jobs.jobfile_limits import has_lone_surrogate
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
@@ -65,6 +66,7 @@ from scheduler.lifecycle.agent_reports import (
     work_for,
 )
 from scheduler.lifecycle.service import JobDetail, JobView
+from scheduler.limits import MAX_TEXT_CHARS
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec
 from scheduler.settings import Settings
@@ -78,6 +80,7 @@ JSON_TYPES = frozenset({"application/json", ""})
 MAX_BODY_BYTES = 2 << 20  # a job file is a few hundred bytes; anything near this is a mistake
 AGENT_BODY_BYTES = 1 << 20  # an agent's report is a few hundred bytes (a finish message at most 2,000 characters)
 OTHER_BODY_BYTES = 64 << 10  # the other routes take no body
+MAX_SOURCE_CHARS = MAX_TEXT_CHARS  # a file name or path, as the CLI sends it
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
@@ -205,7 +208,7 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     body = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype in YAML_TYPES:
-        source = request.query_params.get("source") or "job.yaml"
+        source = _file_name(request.query_params.get("source") or "job.yaml")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -216,6 +219,8 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
                           "send application/json {\"spec\": ..., \"source\": ...} or application/yaml")
     try:
         envelope = json.loads(body)
+    except RecursionError:  # nested deeper than the decoder goes: the job file's own depth bound says why
+        raise too_deep(request.query_params.get("source") or "job.yaml") from None
     except ValueError:
         raise _BadRequest(400, "the request body is not valid JSON",
                           "send {\"spec\": <the job as JSON>, \"source\": \"job.yaml\"}") from None
@@ -225,7 +230,16 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     source = envelope.get("source") or "job.yaml"
     if not isinstance(source, str):
         raise _BadRequest(400, "\"source\" must be a file name", "e.g. \"source\": \"helmet.yaml\"")
+    source = _file_name(source)
     return await run_in_threadpool(parse_job, envelope["spec"], source), source
+
+
+def _file_name(source: str) -> str:
+    """``source`` is echoed in errors and kept in the job's events: a file name, printable and storable."""
+    if len(source) > MAX_SOURCE_CHARS or has_lone_surrogate(source):
+        raise _BadRequest(400, f"\"source\" must be a file name of at most {MAX_SOURCE_CHARS} characters "
+                          "of valid Unicode", "e.g. \"source\": \"helmet.yaml\"")
+    return source
 
 
 def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> list[str]:
@@ -551,6 +565,16 @@ def create_app(
                 log.error("health_failed", exc_info=exc)
                 body.update(status="error", error=f"{type(exc).__name__}: {exc}")
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+
+    @app.get("/livez")
+    def livez() -> JSONResponse:
+        """Liveness: 503 only when a restart would help (stopped, stalled). Failing ticks are /healthz's
+        business (readiness): restarting does not bring a cloud API back."""
+        answer = healthz()
+        body = json.loads(answer.body)
+        live = body["status"] in ("ok", "failing")
+        return JSONResponse({"status": "ok" if live else body["status"], "last_tick": body.get("last_tick")},
+                            status_code=200 if live else 503)
 
     @app.get("/metrics")
     def prometheus() -> Response:

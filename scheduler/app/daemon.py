@@ -5,10 +5,13 @@ about clouds or reports, and the demo and tests drive the same tick without it.
 A tick that raises is logged and counted; the next one runs as usual, because
 most failures (a cloud API down, a locked database) pass by themselves.
 
-``/healthz`` turns unhealthy (503) only when restarting would help: the
-scheduler has stopped, or no tick has finished for a long while (a hung tick
-blocks every later one, since at most one runs at a time). Failing ticks alone
-keep it healthy: a restart does not bring a cloud API back.
+``/healthz`` is readiness: it answers 503 when the scheduler has stopped, when
+no tick has finished for a long while (``stalled``: a hung tick blocks every later
+one, since at most one runs at a time), or when ticks run but fail (``failing``:
+the last ``FAILING_TICKS`` ticks raised, or none has succeeded for ``MIN_STALL`` /
+``STALL_TICKS`` ticks), with the last tick error in the body. A job the tick cannot
+handle is set aside by the tick itself and does not make it fail; ``/metrics``
+counts both (``gpusched_tick_errors_total``, ``gpusched_jobs_set_aside_total``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ REPORT_JOB = "monthly-report"
 REPORT_MISFIRE_GRACE_S = 3600
 MIN_STALL = timedelta(minutes=5)
 STALL_TICKS = 10
+FAILING_TICKS = 3  # this many failed ticks in a row make the daemon not ready
 # APScheduler fires on the wall clock whatever clock the tick itself reads.
 _SCHEDULER_CLOCK = SystemClock()
 
@@ -57,6 +61,8 @@ class _Runs:
     consecutive_errors: int = 0
     last_at: datetime | None = None
     last_ok_at: datetime | None = None
+    last_ok_wall: datetime | None = None
+    set_aside: int = 0  # jobs the tick failed or held rather than failing itself
     last_error: str | None = None
     last_error_at: datetime | None = None
     last_duration_s: float | None = None
@@ -158,8 +164,9 @@ class Daemon:
         started = self.clock.now()
         wall_start = self.wall.now()
         error: Exception | None = None
+        result: object = None
         try:
-            job()
+            result = job()
         except Exception as exc:  # noqa: BLE001 - the daemon outlives any one failed round
             error = exc
         wall_done = self.wall.now()
@@ -169,8 +176,11 @@ class Daemon:
             runs.last_at = started
             runs.last_done_wall = wall_done
             runs.last_duration_s = duration
+            set_aside = getattr(result, "set_aside", 0)  # the tick's TickReport; the report has none
+            runs.set_aside += set_aside if isinstance(set_aside, int) else 0
             if error is None:
                 runs.last_ok_at = started
+                runs.last_ok_wall = wall_done
                 runs.consecutive_errors = 0
             else:
                 runs.errors += 1
@@ -189,12 +199,22 @@ class Daemon:
 
     # --- health and metrics
 
+    def _window(self) -> timedelta:
+        return max(MIN_STALL, timedelta(seconds=STALL_TICKS * self.settings.tick_seconds))
+
     def _stalled(self, now_wall: datetime) -> bool:
         if self._started_wall is None:
             return False
-        limit = max(MIN_STALL, timedelta(seconds=STALL_TICKS * self.settings.tick_seconds))
         last = self._ticks.last_done_wall or self._started_wall
-        return now_wall - last > limit
+        return now_wall - last > self._window()
+
+    def _failing(self, now_wall: datetime) -> bool:
+        t = self._ticks
+        if t.consecutive_errors >= FAILING_TICKS:
+            return True
+        if self._started_wall is None:
+            return False
+        return now_wall - (t.last_ok_wall or self._started_wall) > self._window()
 
     def _database(self) -> str:
         try:
@@ -217,6 +237,8 @@ class Daemon:
                 status = "stopped"
             elif self._stalled(now_wall):
                 status = "stalled"
+            elif self._failing(now_wall):
+                status = "failing"
             else:
                 status = "ok"
             return {
@@ -227,6 +249,7 @@ class Daemon:
                 "ticks": t.count,
                 "tick_errors": t.errors,
                 "tick_errors_in_a_row": t.consecutive_errors,
+                "jobs_set_aside": t.set_aside,
                 "last_error": t.last_error,
                 "last_error_at": _iso(t.last_error_at),
                 "last_report": _iso(r.last_at),
@@ -246,6 +269,10 @@ class Daemon:
             rows = [
                 ("gpusched_ticks_total", "counter", "Lifecycle ticks run since the daemon started.", t.count),
                 ("gpusched_tick_errors_total", "counter", "Lifecycle ticks that raised.", t.errors),
+                ("gpusched_tick_errors_in_a_row", "gauge", "Lifecycle ticks that raised since the last one that "
+                 "did not.", t.consecutive_errors),
+                ("gpusched_jobs_set_aside_total", "counter", "Jobs a tick failed or held because it could not read, "
+                 "plan, price or write them.", t.set_aside),
                 ("gpusched_last_tick_timestamp_seconds", "gauge", "When the last tick began (Unix time).",
                  t.last_at.timestamp() if t.last_at else 0),
                 ("gpusched_last_tick_duration_seconds", "gauge", "How long the last tick took.",

@@ -103,6 +103,7 @@ class TickReport:
     agents_silent: int = 0  # machines terminated because their agent went silent (agent_watch)
     moved: int = 0  # jobs moved between spot and on-demand by the steering rule
     cost_records: int = 0
+    set_aside: int = 0  # jobs failed or held because they could not be read, planned, priced or written
     errors: list[str] = field(default_factory=list)
 
 

@@ -98,7 +98,9 @@ class JobDetail(JobView):
 
 
 def _money(amount: Decimal | None, currency: str | None) -> Money | None:
-    if amount is None or currency is None:
+    if amount is None or currency is None or not amount.is_finite():
+        # Not finite: a row from before the bounds (scheduler.limits), a budget of 1e999999999 that SQLite
+        # keeps as infinity. Listing every job must not fail on it; the tick sets that job aside with why.
         return None
     return Money(amount=amount, currency=currency)
 

@@ -14,6 +14,8 @@ and the tests call it on a SimClock. Invariants it keeps:
   finished epochs kept (attempt n+1 resumes from the last checkpoint). So does
   the job of a machine whose agent went silent (``agent_watch``, right after
   reconcile), and that machine is terminated.
+* One bad job stops nobody: a job whose stored file cannot be read, or that cannot be planned,
+  priced or written, is set aside with its reason (``set_aside``) and the tick goes on.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport,
 from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
 from scheduler.lifecycle.reconcile import reconcile
+from scheduler.lifecycle.set_aside import describe, screen_stored_specs, set_aside
 from scheduler.lifecycle.steering import place_waiting, steer
 from scheduler.lifecycle.transitions import (
     current_attempt,
@@ -108,6 +111,7 @@ def tick(ctx: TickContext) -> TickReport:
         if not got:
             log.info("tick_skipped", why="another daemon holds the tick lock")
             return report
+        screen_stored_specs(ctx, now, report)
         reconcile(ctx, now, report)
         watch_agents(ctx, now, report)
         terminate_reclaimed(ctx, now, report)
@@ -187,29 +191,61 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
             return []
         spent = ledger.spent_by_job(s, [j.id for j in queued], fx=ctx.planner_policy().fx, now=now)
         avoid = ctx.offers.avoided(now)
-        jobs = [
-            PlanJob(
-                id=j.id,
-                spec=_with_override(ctx, j.id, ctx.spec_of(j.id, j.spec_json)),
-                submitted_at=utc(j.submitted_at),
-                deadline_at=utc(j.deadline_at) if j.deadline_at else None,
-                epochs_done=j.epochs_done,
-                preemptions=j.preemptions,
-                avoid=avoid,
-                spent=spent.get(j.id),
-            )
-            for j in queued
-        ]
+        jobs, unreadable = [], []
+        for j in queued:
+            try:
+                jobs.append(PlanJob(
+                    id=j.id,
+                    spec=_with_override(ctx, j.id, ctx.spec_of(j.id, j.spec_json)),
+                    submitted_at=utc(j.submitted_at),
+                    deadline_at=utc(j.deadline_at) if j.deadline_at else None,
+                    epochs_done=j.epochs_done,
+                    preemptions=j.preemptions,
+                    avoid=avoid,
+                    spent=spent.get(j.id),
+                ))
+            except Exception as exc:  # noqa: BLE001 - one job's bad row stays with that job
+                unreadable.append((j.id, exc))
         fleet = fleet_slots(ctx, s, now)
         measured = ctx.rates.get(s, now)  # observed epoch times replace the priors where we have them
         budgets = _team_budgets(ctx, s, now, {j.spec.team for j in jobs})
+    for job_id, exc in unreadable:
+        set_aside(ctx, now, report, job_id, f"its stored row cannot be read ({describe(exc)}); submit the job again",
+                  fail=True, exc=exc)
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
-    decisions = plan(jobs, offers, fleet, now, ctx.planner_policy(), measured=measured, team_budgets=budgets)
-    decisions = [_best_effort(ctx, d, jobs, offers, fleet, now, measured) for d in decisions]
+    decisions = _plan_isolated(ctx, now, report, jobs, offers, fleet, measured, budgets)
     for d in decisions:
-        _act(ctx, now, d, report)
+        try:
+            _act(ctx, now, _best_effort(ctx, d, jobs, offers, fleet, now, measured), report)
+        except Exception as exc:  # noqa: BLE001 - SimulatedCrash is a BaseException and still goes through
+            set_aside(ctx, now, report, d.job_id, f"its plan could not be carried out ({describe(exc)})",
+                      fail=False, exc=exc)
     return decisions
+
+
+def _plan_isolated(ctx: TickContext, now: datetime, report: TickReport, jobs: list[PlanJob], offers: list,
+                   fleet: list, measured: dict, budgets: dict[str, TeamBudget]) -> list[Decision]:
+    """The planner's decisions for ``jobs``; when it fails, each job alone finds the ones it fails on.
+
+    Those are held with the planner's error and the others are planned together again (they compete
+    for the same machines, so they are planned as one batch, not one by one).
+    """
+    policy = ctx.planner_policy()
+    try:
+        return plan(jobs, offers, fleet, now, policy, measured=measured, team_budgets=budgets)
+    except Exception:  # noqa: BLE001 - find the job it is about
+        log.warning("plan_failed_isolating", jobs=len(jobs), exc_info=True)
+    good = []
+    for job in jobs:
+        try:
+            plan([job], offers, fleet, now, policy, measured=measured, team_budgets=budgets)
+        except Exception as exc:  # noqa: BLE001
+            set_aside(ctx, now, report, job.id, f"it could not be planned or priced ({describe(exc)})",
+                      fail=False, exc=exc)
+        else:
+            good.append(job)
+    return plan(good, offers, fleet, now, policy, measured=measured, team_budgets=budgets) if good else []
 
 
 def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> list[PlanJob]:

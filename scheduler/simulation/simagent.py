@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -128,7 +129,10 @@ class SimAgents:
                 if self.ended_at is not None:
                     ended = self.ended_at(r.provider, r.cloud_id)
                     until = min(now, ended) if ended is not None else now
-                spec = self._spec(r.job_id, s=s)
+                try:
+                    spec = self._spec(r.job_id, s=s)
+                except ValidationError:
+                    continue  # a job stored before the bounds: the tick sets it aside, this machine idles
                 if spec.resources.nodes > 1:
                     job = s.get(JobRow, r.job_id)
                     attempt = current_attempt(s, r.job_id)
