@@ -303,6 +303,31 @@ def trace_generate(
     raise typer.Exit(generate(argv))
 
 
+@trace_app.command("export")
+def trace_export(
+    month: str = typer.Option(..., help="the month whose submitted jobs to write, e.g. 2026-11 (UTC)"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="where to write the trace (.jsonl, or .jsonl.gz; "
+                                            "default trace-MONTH.jsonl)"),
+) -> None:
+    """Write the store's jobs of a month as a trace, to replay your own month with `gpusched simulate`."""
+    from scheduler.simulation.trace_export import export_trace
+    from scheduler.simulation.trace_file import dump_trace
+    from scheduler.store.database import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_url)
+    store.migrate()
+    try:
+        entries = export_trace(store, month)
+    finally:
+        store.dispose()
+    path = out_file or Path(f"trace-{month}.jsonl")
+    dump_trace(entries, path)
+    out.print(f"{len(entries)} job(s) submitted in {month} written to {path}")
+    out.print(f"replay them with: gpusched simulate --trace {path}", highlight=False)
+
+
 @app.command()
 def simulate(
     trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
