@@ -94,6 +94,7 @@ def test_simulated_policies_are_scored_on_the_same_work_and_unavoidable_misses_a
         f = scores[policy] = summary.fair_score
         assert f.work_gpu_hours == Decimal(repr(round(sum(work), 2)))
         assert f.infeasible_jobs == 1 and f.misses_unavoidable == 1 and f.misses_avoidable == 0
+        assert f.misses_unavoidable + f.misses_avoidable == summary.deadline_misses
         assert f.why_failed_or_late == {"infeasible": 1}
         [explained] = summary.explained
         assert explained.trace_line == 2 and explained.name == "too-tight" and explained.unavoidable
