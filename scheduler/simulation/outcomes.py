@@ -155,7 +155,8 @@ def _is_team_budget(message: str) -> bool:
 
 
 def _is_budget(message: str) -> bool:
-    return "budget" in message
+    # The planner's budget refusal (plan._budget_refusal): "... costs X, over the Y budget: ...".
+    return "budget" in message and "over the" in message
 
 
 def _stock_words(stock: list[Event]) -> str:
