@@ -305,20 +305,52 @@ def trace_generate(
     raise typer.Exit(generate(argv))
 
 
+@trace_app.command("export")
+def trace_export(
+    month: str = typer.Option(..., help="the month whose submitted jobs to write, e.g. 2026-11 (UTC)"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="where to write the trace (.jsonl, or .jsonl.gz; "
+                                            "default trace-MONTH.jsonl)"),
+) -> None:
+    """Write the store's jobs of a month as a trace, to replay your own month with `gpusched simulate`."""
+    from scheduler.simulation.trace_export import export_trace
+    from scheduler.simulation.trace_file import dump_trace
+    from scheduler.store.database import Store
+
+    settings = _settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(settings.db_url)
+    store.migrate()
+    try:
+        entries = export_trace(store, month)
+    finally:
+        store.dispose()
+    path = out_file or Path(f"trace-{month}.jsonl")
+    dump_trace(entries, path)
+    out.print(f"{len(entries)} job(s) submitted in {month} written to {path}")
+    out.print(f"replay them with: gpusched simulate --trace {path}", highlight=False)
+
+
 @app.command()
 def simulate(
     trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
     policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like"),
     seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
     output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
+    explain: Optional[Path] = typer.Option(None, help="write every failed, late or unfinished job with its "
+                                           "cause here (CSV)"),
     lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
     tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                        "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
 ) -> None:
-    """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary."""
+    """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary.
+
+    The summary JSON goes to stdout; the fair score (what the bill bought) and why jobs failed or
+    were late go to stderr as a table.
+    """
     from providers.catalog import load_catalog
     from scheduler.logs import configure_logging
     from scheduler.settings import Settings
+    from scheduler.simulation.fair_score import write_explain_csv
     from scheduler.simulation.simulate import POLICIES, Submission
     from scheduler.simulation.simulate import simulate as run_simulation
     from scheduler.simulation.trace_file import load_trace
@@ -333,13 +365,46 @@ def simulate(
     if lower_bound:
         from scheduler.simulation.lower_bound import lower_bound as solve_lower_bound
 
-        bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx).total
-    summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound, settings=settings)
+        bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
+    summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings)
     text = summary.to_json()
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text + "\n")
+    if explain:
+        write_explain_csv(summary.explained, explain)
     sys.stdout.write(text + "\n")
+    _print_fair_score(summary)
+
+
+def _print_fair_score(summary) -> None:
+    """The fair score as a two-column table (it fits a narrow terminal), then the causes of failures."""
+    from scheduler.simulation.outcomes import REASONS
+
+    f, cur = summary.fair_score, summary.currency
+
+    def split(n: int, unavoidable: int | None) -> str:
+        return f"{n} ({unavoidable} no schedule can avoid)" if unavoidable is not None else str(n)
+
+    table = Table(title=f"{summary.policy}: what the bill bought")
+    table.add_column("")
+    table.add_column(cur, justify="right")
+    rows = [
+        ("total", f"{summary.total_cost:,}"),
+        ("work done on time", f"{f.cost_completed_on_time:,}"),
+        ("work failed, late or unfinished", f"{f.cost_failed_or_late:,}"),
+        ("idle machines", f"{f.cost_idle:,}"),
+        ("per GPU-hour done on time", f"{f.cost_per_completed_gpu_hour:.2f}"
+         if f.cost_per_completed_gpu_hour is not None else "-"),
+        ("GPU-hours done on time", f"{f.completed_gpu_hours:,} of {f.work_gpu_hours:,}"),
+        ("deadline misses", split(summary.deadline_misses, f.misses_unavoidable)),
+        ("failed", split(summary.failed, f.failed_unavoidable)),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    err.print(table)
+    for reason, n in f.why_failed_or_late.items():
+        err.print(f"  {n:>5}  {reason}: {REASONS[reason]}", highlight=False)
 
 
 @app.command()

@@ -30,8 +30,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+from pydantic import Field
 from sqlalchemy import func, select
 
+from providers.catalog import load_catalog
 from providers.registry import build_sandbox
 from scheduler.clock import SimClock
 from scheduler.errors import JobFileError
@@ -41,6 +43,8 @@ from scheduler.lifecycle.context import TickContext
 from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
 from scheduler.settings import Settings
+from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, work_gpu_hours
+from scheduler.simulation.lower_bound import LowerBound
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState
 from scheduler.store.database import Store
@@ -76,24 +80,36 @@ class SimSummary(Frozen):
     lost_gpu_hours: Decimal
     idle_hours: Decimal
     cost_by_capacity: dict[str, Decimal]
+    fair_score: FairScore
     simulated_days: float
     ticks: int
     wall_seconds: float
+    # Every failed, late or unfinished job with its cause (``--explain``): not in the summary JSON.
+    explained: tuple[JobResult, ...] = Field(default=(), exclude=True, repr=False)
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
 
 
 def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_dir: Path | None = None,
-             settings: Settings | None = None, lower_bound: Money | None = None,
+             settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
              horizon: timedelta = timedelta(days=14)) -> SimSummary:
-    """Run one policy over the submissions; ``horizon`` past the last submission bounds the run."""
+    """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
+
+    ``bound``: the lower bound solved over the same entries in the same order (``bound.jobs[i]`` is
+    ``submissions[i]``): its total is ``lower_bound_cost`` and its verdicts tell unavoidable misses apart.
+    """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if bound is not None and len(bound.jobs) != len(submissions):
+        raise ValueError(f"the bound has {len(bound.jobs)} jobs for {len(submissions)} submissions")
     wall0 = time.perf_counter()
-    subs = sorted(submissions, key=lambda x: x.at)
+    order = sorted(range(len(submissions)), key=lambda k: submissions[k].at)
+    subs = [submissions[k] for k in order]
     if not subs:
         raise ValueError("the trace has no jobs")
+    if bound is not None and lower_bound is None:
+        lower_bound = bound.total
     with tempfile.TemporaryDirectory() as tmp:
         base = work_dir or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
@@ -112,11 +128,13 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         end = subs[-1].at + horizon
         cadence = timedelta(seconds=settings.tick_seconds)
         i, ticks, rejected = 0, 0, 0
+        line_of: dict[str, int] = {}  # job id -> its place in ``submissions``
         while clock.now() < end:
             now = clock.now()
             while i < len(subs) and subs[i].at <= now:
                 try:
-                    service.submit(store, clock, subs[i].job, source=subs[i].source, ids=job_ids)
+                    view = service.submit(store, clock, subs[i].job, source=subs[i].source, ids=job_ids)
+                    line_of[view.id] = order[i]
                 except JobFileError:
                     rejected += 1
                 i += 1
@@ -128,8 +146,14 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
                 break
             nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, store)
             clock.set(min(max(nxt, now + cadence), end))
+        work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
+                              currency=settings.report_currency, fx=settings.fx)
+        infeasible = [j.why_not for j in bound.jobs] if bound is not None else None
+        with store.session(write=False) as s:
+            score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
+                                          fx=settings.fx)
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
-                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx)
+                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained)
         store.dispose()
     return summary
 
@@ -174,7 +198,7 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
                span: timedelta, ticks: int, wall: float, lower_bound: Money | None, agents: SimAgents,
-               ctx: TickContext) -> SimSummary:
+               ctx: TickContext, score: FairScore, explained: Sequence[JobResult]) -> SimSummary:
     """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory."""
     cur, fx = settings.report_currency, settings.fx
     zero = Money.zero(cur)
@@ -208,6 +232,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         deadline_misses=misses, interruptions=interruptions,
         lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=idle_h.quantize(Decimal("0.01")),
         cost_by_capacity={cap: m.quantize().amount for cap, m in by_cap.items()},
+        fair_score=score, explained=tuple(explained),
         simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
     )
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,63 @@ def test_trace_generate_then_simulate_a_small_month(tmp_path):
     assert summary["policy"] == "on-demand" and summary["interruptions"] == 0
     assert summary["total_cost"] == summary["on_demand_equivalent_cost"]
     assert float(summary["lower_bound_cost"]) <= float(summary["total_cost"])
+
+
+def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
+    job = {"name": "too-tight", "team": "t", "kind": "train", "model": "yolov9-t",
+           "data": {"uri": "s3://b/d", "train_images": 2000, "val_images": 200}, "train": {"epochs": 10},
+           "resources": {"gpus": ["T4"]}, "where": {"providers": ["alibaba"], "regions": ["cn-hangzhou"]}}
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"at": "2026-11-02T09:00:00+08:00", "job": {**job, **extra}}) + "\n"
+                             for extra in ({"name": "fine"}, {"policy": {"deadline": "5m"}})))
+    why = tmp_path / "why.csv"
+    r = gpusched("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2", "--explain", str(why))
+    assert r.returncode == 0, r.stderr
+    fair = json.loads(r.stdout)["fair_score"]
+    assert fair["misses_unavoidable"] == 1 and fair["misses_avoidable"] == 0
+    assert fair["why_failed_or_late"] == {"infeasible": 1}
+    assert "what the bill bought" in r.stderr and "infeasible from submission" in r.stderr
+    header, row = why.read_text().splitlines()
+    assert header.split(",")[:7] == ["trace_line", "job_id", "name", "team", "kind", "outcome", "reason"]
+    assert row.startswith("2,") and ",too-tight,t,train,failed,infeasible,True," in row
+
+
+def test_trace_export_writes_the_stores_month_and_simulate_replays_it(tmp_path):
+    from scheduler.clock import SimClock
+    from scheduler.jobs.jobfile import load_job_file
+    from scheduler.lifecycle import service
+    from scheduler.simulation.trace_file import load_trace
+    from scheduler.store.database import Store
+    from scheduler.times import utc
+
+    store = Store(f"sqlite:///{tmp_path / 'gpusched.db'}")
+    store.migrate()
+    clock = SimClock(utc(datetime(2026, 11, 3, 9, 0, tzinfo=timezone.utc)))
+    submitted = []
+    for name in ("helmet-val.yaml", "helmet-export.yaml", "helmet-s-train.yaml"):
+        spec = load_job_file(EXAMPLES / name)
+        submitted.append((clock.now(), service.submit(store, clock, spec, source=name).id, spec))
+        clock.advance(timedelta(hours=5))
+    clock.set(datetime(2026, 12, 1, 0, 30, tzinfo=timezone.utc))  # December's job stays out of November
+    service.submit(store, clock, load_job_file(EXAMPLES / "helmet-val.yaml"), source="december")
+    store.dispose()
+
+    env = {"GPUSCHED_DATA_DIR": str(tmp_path)}
+    trace = tmp_path / "november.jsonl"
+    r = gpusched("trace", "export", "--month", "2026-11", "--out", str(trace), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "3 job(s)" in r.stdout
+    entries = load_trace(trace)
+    assert [(e.at, e.job.name) for e in entries] == [(at, spec.name) for at, _, spec in submitted]
+    for e, (at, _, spec) in zip(entries, submitted, strict=True):
+        assert e.job.model_copy(update={"policy": spec.policy}) == spec  # the job file, as submitted
+        assert e.deadline_at == spec.deadline_at(at)  # a relative deadline, resolved at submission
+
+    r = gpusched("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["jobs"] == 3
+
+    r = gpusched("trace", "export", "--month", "2026-10", "--out", str(tmp_path / "x.jsonl"), env=env)
+    assert r.returncode == 2 and "no job was submitted in 2026-10" in r.stderr and "Traceback" not in r.stderr
+    r = gpusched("trace", "export", "--month", "November", env=env)
+    assert r.returncode == 2 and "2026-11" in r.stderr and "Traceback" not in r.stderr
