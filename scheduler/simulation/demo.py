@@ -108,7 +108,9 @@ def demo_settings(out_dir: Path, seed: int) -> Settings:
         reserved=[
             ReservedCapacity(provider="alibaba", region="cn-hangzhou", instance_type="ecs.gn7i-c8g1.2xlarge",
                              count=1, until=datetime(2027, 3, 31, tzinfo=timezone.utc),
-                             note="prepaid for always-on inference, paid until March"),
+                             start=datetime(2026, 3, 31, tzinfo=timezone.utc),
+                             upfront_fee=Money(amount=Decimal(36000), currency="CNY"),
+                             note="a year prepaid for always-on inference, until March"),
         ],
     )
 

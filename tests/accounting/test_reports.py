@@ -232,13 +232,19 @@ def test_report_in_usd_converts_cny_rows(session: Session, ledger: Ledger) -> No
     assert "1 CNY = 0.140382 USD" in r.notes[0]
 
 
-def test_savings_count_spot_and_reserved_hours_against_on_demand(session: Session, ledger: Ledger) -> None:
+def test_savings_count_billed_hours_and_reserved_hours_are_shown_apart(session: Session, ledger: Ledger) -> None:
     mixed_month(ledger)
     r = report_for(session)
-    assert r.savings == r.on_demand_equivalent - r.total
+    assert r.savings == r.on_demand_equivalent - r.billed
+    assert r.billed == r.total  # no reservation fee configured: the reservation counts as free, and a note says so
     assert r.savings_pct == r.savings.amount / r.on_demand_equivalent.amount * 100
     reserved = next(b for b in r.by_capacity if b.key == "reserved")
-    assert reserved.cost.amount == 0 and reserved.on_demand_equivalent.amount == Decimal("208.32")
+    # Prepaid hours are in neither side of the savings; their on-demand value is shown apart.
+    assert reserved.cost.amount == 0 and reserved.on_demand_equivalent.amount == 0 and reserved.savings.amount == 0
+    assert r.reserved_on_demand_value.amount == Decimal("208.32")
+    [res] = r.reservations
+    assert res.configured is False and res.busy_hours == 24 and res.utilisation_pct is None
+    assert any("no reservation in GPUSCHED_RESERVED covers" in n for n in r.notes)
     on_demand = next(b for b in r.by_capacity if b.key == "on-demand")
     assert on_demand.cost == on_demand.on_demand_equivalent
 
@@ -488,7 +494,7 @@ def test_markdown_has_the_tables(mixed_report: MonthlyReport) -> None:
     md = render_markdown(mixed_report)
     for heading in ("## Summary", "## By team", "## By cloud", "## By capacity type", "## Budget vs actual", "## Jobs"):
         assert heading in md
-    assert "| Team | hours | cost | on-demand equivalent | share |" in md
+    assert "| Team | hours | billed | on-demand equivalent | saved | reserved fee | cost | share |" in md
     assert re.search(r"^\| ocr \| 30\.1 \| ", md, re.MULTILINE)
     assert str(mixed_report.total) in md
 
