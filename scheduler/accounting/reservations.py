@@ -57,25 +57,47 @@ def prepaid_hours(res: ReservedCapacity, start: datetime, end: datetime) -> Deci
     return Decimal(res.count) * _seconds(span[1] - span[0]) / _SECONDS_PER_HOUR if span else Decimal(0)
 
 
+def _q(value: Decimal) -> Decimal:
+    return value.quantize(SCALE, rounding=ROUND_HALF_EVEN)
+
+
+def _month_start(at: datetime) -> datetime:
+    return datetime(at.year, at.month, 1, tzinfo=timezone.utc)
+
+
 def day_fees(res: ReservedCapacity, start: datetime, end: datetime) -> dict[date, Money]:
-    """The amortized fee of ``res`` for each UTC day of [start, end) that the term touches."""
+    """The amortized fee of ``res`` for each UTC day of [start, end) that the term touches.
+
+    Each piece is the difference of two rounded running totals (fee accrued since the term's, or the
+    month's, start), so pieces never lose a fraction: a whole term's days add up to the upfront fee and
+    a whole month's to the monthly fee, exactly.
+    """
     span = _overlap(res, start, end)
     if span is None or not res.has_fee:
         return {}
     currency = (res.upfront_fee or res.monthly_fee).currency  # type: ignore[union-attr]
-    term = _seconds(utc(res.until) - utc(res.start)) if res.start is not None else None
+
+    def accrued(at: datetime) -> Decimal:
+        """Fee accrued from the term's start (upfront) and from the month's start (monthly) up to ``at``."""
+        amount = Decimal(0)
+        if res.upfront_fee is not None and res.start is not None:
+            term = _seconds(utc(res.until) - utc(res.start))
+            amount += _q(res.upfront_fee.amount * _seconds(at - utc(res.start)) / term)
+        if res.monthly_fee is not None:
+            amount += _q(res.monthly_fee.amount * _seconds(at - _month_start(at)) / _month_seconds(at.date()))
+        return amount
+
     out: dict[date, Money] = {}
     cursor, stop = span
     while cursor < stop:
         midnight = datetime.combine(cursor.date() + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
-        piece = _seconds(min(stop, midnight) - cursor)
-        amount = Decimal(0)
-        if res.upfront_fee is not None and term:
-            amount += res.upfront_fee.amount * piece / term
-        if res.monthly_fee is not None:
-            amount += res.monthly_fee.amount * piece / _month_seconds(cursor.date())
-        out[cursor.date()] = Money(amount=amount.quantize(SCALE, rounding=ROUND_HALF_EVEN), currency=currency)
-        cursor = min(stop, midnight)
+        nxt = min(stop, midnight)
+        amount = accrued(nxt) - accrued(cursor)
+        if res.monthly_fee is not None and nxt == _month_start(nxt):
+            # Midnight on the 1st closes the old month: its running total is the whole monthly fee, not 0.
+            amount += res.monthly_fee.amount
+        out[cursor.date()] = Money(amount=amount, currency=currency)
+        cursor = nxt
     return out
 
 

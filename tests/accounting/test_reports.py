@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from scheduler.accounting.reports import (
@@ -31,7 +29,7 @@ from scheduler.accounting.reports import (
 )
 from scheduler.errors import UserError
 from scheduler.money import FxRates, Money
-from scheduler.store.tables import Base, CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
+from scheduler.store.tables import CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
 
 UTC = timezone.utc
 FX = FxRates(base="CNY", rates={"USD": Decimal("7.2")})
@@ -132,20 +130,6 @@ class Ledger:
             )  # fmt: skip
         )
         self.session.flush()
-
-
-@pytest.fixture
-def session(tmp_path: Path) -> Iterator[Session]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'report.db'}")
-    Base.metadata.create_all(engine)
-    with Session(engine) as s:
-        yield s
-    engine.dispose()
-
-
-@pytest.fixture
-def ledger(session: Session) -> Ledger:
-    return Ledger(session)
 
 
 def expected_in_cny(costs: list[Cost], attr: str) -> Decimal:
