@@ -71,6 +71,7 @@ __all__ = [
     "NO_PROJECT",
     "CostLike",
     "build_report",
+    "monthly_report",
     "month_bounds",
     "previous_month",
     # the report's models (scheduler.accounting.report_models)
@@ -555,9 +556,9 @@ def build_report(
     )
 
 
-def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None = None,
-                         now: datetime | None = None, store: Store | None = None) -> dict[str, Path]:
-    """Account open usage up to ``now`` and write the month's report files."""
+def monthly_report(settings: Settings, month: str, *, now: datetime | None = None,
+                   store: Store | None = None) -> MonthlyReport:
+    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates."""
     now = now or SystemClock().now()
     own = store is None
     store = store or Store(settings.db_url)
@@ -566,12 +567,18 @@ def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None
     try:
         with store.session() as s:
             ledger.account(s, now)
-            report = build_report(
+            return build_report(
                 s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
                 open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
                 fx_dated=month in settings.fx_usd_cny_by_month,
             )
-        return write_report(report, out_dir or settings.reports_path)
     finally:
         if own:
             store.dispose()
+
+
+def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None = None,
+                         now: datetime | None = None, store: Store | None = None) -> dict[str, Path]:
+    """Account open usage up to ``now`` and write the month's report files."""
+    report = monthly_report(settings, month, now=now, store=store)
+    return write_report(report, out_dir or settings.reports_path)
