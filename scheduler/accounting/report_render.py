@@ -111,10 +111,15 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
     ax.bar(days, idle, bottom=busy, label="billed, idle", color="#f4a261")
     ax.bar(days, fees, bottom=[a + b for a, b in zip(busy, idle)], label="reserved fee (amortized)",
            color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
+    if len(past) < len(report.by_day):
+        first_future = len(past) + 1
+        ax.axvspan(first_future - 0.5, len(report.by_day) + 0.6, color="#eef1f4")
+        ax.text((first_future + len(report.by_day)) / 2, 0.5, "to come", transform=ax.get_xaxis_transform(),
+                ha="center", color="#8d99ae")  # fmt: skip
     ax.set_xlim(0.4, len(report.by_day) + 0.6)
     ax.set_xlabel(f"day of {report.month} (UTC)")
     ax.set_ylabel(cur)
-    ax.set_title("Daily cost" + (" (days to come left blank)" if len(past) < len(report.by_day) else ""))
+    ax.set_title("Daily cost")
     ax.legend(fontsize="small")
     charts["daily"] = png(fig)
 
