@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import ROUND_DOWN, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
 from sqlalchemy import select
@@ -101,13 +101,19 @@ def seconds(delta: timedelta) -> Decimal:
     return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
 
 
+def q8(value: Decimal) -> Decimal:
+    """Round to the ledger's 8 places. Every amount a report adds is rounded so, once, where it is made
+    (a conversion, a prorated part): sums of 8-place numbers are exact in any order and grouping."""
+    return value.quantize(SCALE, rounding=ROUND_HALF_EVEN)
+
+
 def convert(amount: Decimal, currency: str, to: str, fx: FxRates) -> Decimal:
     if currency not in CURRENCIES:
         raise UserError(
             f"a cost is recorded in {currency!r}, which the report cannot convert",
             fix=f"record prices in one of {', '.join(CURRENCIES)}",
         )
-    return fx.convert(Money(amount=Decimal(amount), currency=currency), to).amount
+    return q8(fx.convert(Money(amount=Decimal(amount), currency=currency), to).amount)
 
 
 def to_line(raw: CostLike, currency: str, fx: FxRates) -> Line:
@@ -128,8 +134,8 @@ def clip(line: Line, start: datetime, end: datetime) -> Line | None:
     if hi <= lo:
         return None
     share = seconds(hi - lo) / seconds(line.end - line.start)
-    return dataclasses.replace(line, start=lo, end=hi, hours=line.hours * share, cost=line.cost * share,
-                               on_demand=line.on_demand * share)  # fmt: skip
+    return dataclasses.replace(line, start=lo, end=hi, hours=q8(line.hours * share), cost=q8(line.cost * share),
+                               on_demand=q8(line.on_demand * share))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from scheduler.accounting.report_lines import (
     convert,
     month_lines,
     priced_period,
+    q8,
     seconds,
 )
 from scheduler.accounting.report_models import (
@@ -132,7 +133,7 @@ def _allocate(amount: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
     weight = sum(weights, Decimal(0))
     if weight == 0:
         return [amount] + [Decimal(0)] * (len(weights) - 1)
-    parts = [amount * w / weight for w in weights[:-1]]
+    parts = [q8(amount * w / weight) for w in weights[:-1]]
     parts.append(amount - sum(parts, Decimal(0)))
     return parts
 

@@ -143,8 +143,13 @@ def pools_for(
         pool.fee_missing = pool.fee_missing or not res.has_fee
         if res.note:
             pool.notes.append(res.note)
-        for day, fee in day_fees(res, start, end).items():
-            pool.fee_by_day[day] = pool.fee_by_day.get(day, Decimal(0)) + fx.convert(fee, currency).amount
+        # Converted before it is spread, so the days of a whole month or term still add up to its fee.
+        in_currency = res.model_copy(update={
+            "upfront_fee": fx.convert(res.upfront_fee, currency) if res.upfront_fee else None,
+            "monthly_fee": fx.convert(res.monthly_fee, currency) if res.monthly_fee else None,
+        })  # fmt: skip
+        for day, fee in day_fees(in_currency, start, end).items():
+            pool.fee_by_day[day] = pool.fee_by_day.get(day, Decimal(0)) + fee.amount
     for key in seen:
         if key not in pools:
             pools[key] = ReservationPool(key, configured=False)

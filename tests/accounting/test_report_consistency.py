@@ -8,18 +8,30 @@ evenly over the hours of its term, a monthly fee over the hours of its month.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
 
-from scheduler.accounting.reports import UNUSED_RESERVATIONS, MonthlyReport, render_html, render_markdown
+from scheduler.accounting.reports import (
+    UNUSED_RESERVATIONS,
+    MonthlyReport,
+    monthly_report,
+    render_html,
+    render_markdown,
+    write_monthly_report,
+)
 from scheduler.accounting.reservations import day_fees, prepaid_hours
+from scheduler.errors import SettingsError
 from scheduler.models import ReservedCapacity
 from scheduler.money import FxRates, Money
+from scheduler.settings import load_settings
+from scheduler.store.database import Store
 from tests.accounting.report_checks import assert_agrees
 from tests.accounting.test_reports import FX, Ledger, mixed_month, nov, report_for
 
@@ -48,6 +60,7 @@ class Case:
     write: Callable[[Ledger], None]
     reserved: tuple[ReservedCapacity, ...] = ()
     now: datetime = datetime(2026, 12, 1, 6, tzinfo=UTC)
+    currency: str = "CNY"
     want: dict[str, Decimal | None] = field(default_factory=dict)  # report attribute (dotted) -> amount
 
 
@@ -115,6 +128,9 @@ CASES = {
     "mixed month with a reservation": Case(
         mixed_month, (reservation(upfront_fee=Money.parse("8760 CNY")),),
         want={"reserved_fees": Decimal(720), "reserved_unused": Decimal(696)}),
+    "mixed month, the report in USD (conversions that do not terminate)": Case(
+        mixed_month, (reservation(upfront_fee=Money.parse("8760 CNY")),), currency="USD",
+        want={"reserved_prepaid_hours": Decimal(720)}),
 }  # fmt: skip
 
 
@@ -128,7 +144,7 @@ def _get(report: MonthlyReport, dotted: str) -> Decimal | None:
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_every_sum_equals_its_headline(session: Session, ledger: Ledger, case: Case) -> None:
     case.write(ledger)
-    r = report_for(session, now=case.now, reserved=case.reserved)
+    r = report_for(session, now=case.now, reserved=case.reserved, currency=case.currency)
     assert_agrees(r)
     for attr, want in case.want.items():
         assert _get(r, attr) == want, attr
@@ -211,3 +227,46 @@ def test_amortization_rule(res: ReservedCapacity, start: datetime, end: datetime
 def test_bad_reservation_terms_say_what_is_wrong(terms: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         reservation(**terms)
+
+
+def test_the_report_reads_reservation_terms_and_dated_rates_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUSCHED_RESERVED", json.dumps([{
+        "provider": "tencent", "region": "r1", "instance_type": "g5.xlarge", "count": 1,
+        "start": "2026-01-01T08:00:00+08:00", "until": "2027-01-01T08:00:00+08:00", "upfront_fee": "1216.66 USD",
+    }]))  # fmt: skip
+    monkeypatch.setenv("GPUSCHED_FX_USD_CNY_BY_MONTH", '{"2026-11": "7.2", "2026-10": "7.0"}')
+    monkeypatch.setenv("GPUSCHED_FX_USD_CNY", "9")
+    settings = load_settings(_env_file=None, data_dir=tmp_path)
+    store = Store(settings.db_url)
+    store.migrate()
+    with store.session() as s:
+        ten_busy_hours(Ledger(s))
+    paths = write_monthly_report(settings, "2026-11", now=datetime(2026, 12, 1, tzinfo=UTC), store=store)
+    report = monthly_report(settings, "2026-11", now=datetime(2026, 12, 1, tzinfo=UTC), store=store)
+    store.dispose()
+    assert_agrees(report)
+    # 1,216.66 USD over 8,760 h, 720 of them in November, at November's 7.2: 720.00 CNY within rounding.
+    assert abs(report.reserved_fees.amount - Decimal("1216.66") * 720 / 8760 * Decimal("7.2")) < Decimal("1e-6")
+    assert report.fx == {"USD": Decimal("7.2")} and report.fx_dated
+    assert "the rates set for 2026-11" in paths["md"].read_text(encoding="utf-8")
+    assert [t.month for t in report.trend] == ["2026-08", "2026-09", "2026-10", "2026-11"]
+    assert report.trend[0].fx == {"USD": Decimal(9)} and report.trend[2].fx == {"USD": Decimal("7.0")}
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"GPUSCHED_FX_USD_CNY_BY_MONTH": '{"2026-13": "7.1"}'}, "GPUSCHED_FX_USD_CNY_BY_MONTH: .*2026-13"),
+        ({"GPUSCHED_FX_USD_CNY_BY_MONTH": '{"2026-11": "-1"}'}, "must be above 0"),
+        ({"GPUSCHED_RESERVED": '[{"provider": "aws", "region": "r", "instance_type": "t", "count": 1, '
+                               '"until": "2027-01-01T00:00:00Z", "upfront_fee": "9 CNY"}]'},
+         "GPUSCHED_RESERVED.0: .*needs the term's start"),
+    ],
+)  # fmt: skip
+def test_bad_report_settings_name_the_setting(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], match: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=match):
+        load_settings(_env_file=None)
