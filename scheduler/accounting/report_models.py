@@ -127,7 +127,8 @@ class JobCost(Frozen):
     hours: Decimal
     cost: Money  # billed this month: what the job's budget is held against (reserved hours cost it nothing)
     on_demand_equivalent: Money  # its billed hours at on-demand prices
-    reserved_hours: Decimal
+    reserved_hours: Decimal  # busy on a reserved machine
+    reserved_fee: Money  # those hours' share of the reservation's amortized fee (not held against the budget)
     cost_to_date: Money  # billed in every month up to and including this one
     budget: Money | None
     over_budget: bool

@@ -225,7 +225,8 @@ def render_csv(report: MonthlyReport) -> str:
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
     for j in r.jobs:
         row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
-            savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours)  # fmt: skip
+            savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
+            cost=j.cost + j.reserved_fee)  # fmt: skip
     return buf.getvalue()
 
 
@@ -327,10 +328,11 @@ def render_markdown(report: MonthlyReport) -> str:
             )  # fmt: skip
         lines += ["## Jobs", ""]
         lines += _md_table(
-            ("job", "name", "team", "kind", "state", "billed", "reserved h", "billed to date", "budget", "preemptions"),
+            ("job", "name", "team", "kind", "state", "billed", "reserved h", "reserved fee", "billed to date", "budget",
+             "preemptions"),
             [
                 (j.id, j.name, j.team, j.kind, j.state, fmt_money(j.cost), fmt_hours(j.reserved_hours),
-                 fmt_money(j.cost_to_date),
+                 fmt_money(j.reserved_fee), fmt_money(j.cost_to_date),
                  (fmt_money(j.budget) + (" OVER" if j.over_budget else "")) if j.budget else "-", str(j.preemptions))
                 for j in r.jobs
             ],

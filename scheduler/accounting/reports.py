@@ -301,7 +301,7 @@ def _jobs(
     session: Session, lines: Sequence[Line], month: str, currency: str, fx: FxRates,
     fx_for: Callable[[str], FxRates],
 ) -> tuple[JobCost, ...]:
-    this_month: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 4)
+    this_month: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
     first_seen: dict[str, Line] = {}
     for line in lines:
         if line.job_id is None:
@@ -311,6 +311,7 @@ def _jobs(
         acc[1] += line.cost
         acc[2] += line.billed_on_demand
         acc[3] += line.reserved_busy_hours
+        acc[4] += line.fee
         first_seen.setdefault(line.job_id, line)
     if not this_month:
         return ()
@@ -324,7 +325,7 @@ def _jobs(
     ):
         earlier[job_id] += convert(amount, cur, currency, fx_for(when))  # each month at its own rates
     out = []
-    for job_id, (hours, cost, od, reserved_hours) in this_month.items():
+    for job_id, (hours, cost, od, reserved_hours, fee) in this_month.items():
         row, seen = rows.get(job_id), first_seen[job_id]
         budget = None
         if row is not None and row.budget_amount is not None and row.budget_currency is not None:
@@ -342,6 +343,7 @@ def _jobs(
                 cost=_m(cost, currency),
                 on_demand_equivalent=_m(od, currency),
                 reserved_hours=reserved_hours,
+                reserved_fee=_m(fee, currency),
                 cost_to_date=to_date,
                 budget=budget,
                 over_budget=budget is not None and to_date > budget,

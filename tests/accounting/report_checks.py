@@ -49,6 +49,9 @@ def assert_agrees(r: MonthlyReport) -> None:
         if r.total.amount:
             assert abs(sum((b.share_pct for b in rows), ZERO) - 100) < Decimal("1e-20"), attr
     assert _sum(c.cost for c in r.team_by_capacity) == r.total.amount
+    # Jobs are not a breakdown (idle hours have no job), but they can never add up to more than the whole.
+    assert _sum(j.cost for j in r.jobs) <= r.billed.amount
+    assert _sum(j.reserved_fee for j in r.jobs) <= r.reserved_fees.amount - r.reserved_unused.amount
     past = [d for d in r.by_day if not d.future]
     assert _sum(d.cost for d in past) == r.total.amount
     assert _sum(d.billed for d in past) == r.billed.amount

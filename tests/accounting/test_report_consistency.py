@@ -162,6 +162,8 @@ def test_the_unused_part_is_a_row_of_its_own_in_every_table(session: Session, le
     assert teams["vision"].reserved_fee.amount == 0 and teams["vision"].cost.amount == 36
     [use] = r.reservations
     assert (use.prepaid_hours, use.busy_hours, use.idle_hours) == (720, 24, 12)
+    jobs = {j.id: j for j in r.jobs}
+    assert jobs["job-o"].reserved_fee.amount == 24 and jobs["job-o"].cost.amount == 0  # its budget sees 0
     assert use.utilisation_pct == Decimal(24) / 720 * 100
     md, html = render_markdown(r), render_html(r)
     assert "| (unused reservations) | - | - | - | - | 696.00 CNY | 696.00 CNY |" in md
