@@ -2,7 +2,7 @@
 
 The layer under ``reports.py``: it reads the ledger's lines for one period, converts them, and
 charges every busy hour on a reserved machine its part of that reservation's amortized fee
-(``reservations.py``): ``fee x hours / prepaid hours``, rounded down to the ledger's 8 places, so the
+(``reservations.py``): ``fee x hours / prepaid hours``, rounded down to the report's 12 places, so the
 parts never exceed the fee and what is left is the reservation's unused part, exactly. Sums of lines
 are therefore exact in any grouping, which is what lets every breakdown add up to the headline.
 """
@@ -20,7 +20,7 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.accounting.reservations import SCALE, PoolKey, ReservationPool, pools_for
+from scheduler.accounting.reservations import PoolKey, ReservationPool, pools_for
 from scheduler.errors import UserError
 from scheduler.models import ReservedCapacity
 from scheduler.money import CURRENCIES, FxRates, Money
@@ -28,6 +28,7 @@ from scheduler.store.tables import CostRecordRow
 from scheduler.times import utc
 
 RESERVED = "reserved"
+SCALE = Decimal("1e-12")
 
 
 class CostLike(Protocol):
@@ -101,9 +102,10 @@ def seconds(delta: timedelta) -> Decimal:
     return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
 
 
-def q8(value: Decimal) -> Decimal:
-    """Round to the ledger's 8 places. Every amount a report adds is rounded so, once, where it is made
-    (a conversion, a prorated part): sums of 8-place numbers are exact in any order and grouping."""
+def rounded(value: Decimal) -> Decimal:
+    """Round to the report's 12 places. Every amount a report adds is rounded so, once, where it is made
+    (a conversion, a prorated part), so sums are exact in any order and grouping. 12, not the ledger's 8:
+    an 8-place USD amount at a 1-place rate (7.2) stays exact, so the report agrees with the ledger."""
     return value.quantize(SCALE, rounding=ROUND_HALF_EVEN)
 
 
@@ -113,7 +115,7 @@ def convert(amount: Decimal, currency: str, to: str, fx: FxRates) -> Decimal:
             f"a cost is recorded in {currency!r}, which the report cannot convert",
             fix=f"record prices in one of {', '.join(CURRENCIES)}",
         )
-    return q8(fx.convert(Money(amount=Decimal(amount), currency=currency), to).amount)
+    return rounded(fx.convert(Money(amount=Decimal(amount), currency=currency), to).amount)
 
 
 def to_line(raw: CostLike, currency: str, fx: FxRates) -> Line:
@@ -134,8 +136,8 @@ def clip(line: Line, start: datetime, end: datetime) -> Line | None:
     if hi <= lo:
         return None
     share = seconds(hi - lo) / seconds(line.end - line.start)
-    return dataclasses.replace(line, start=lo, end=hi, hours=q8(line.hours * share), cost=q8(line.cost * share),
-                               on_demand=q8(line.on_demand * share))  # fmt: skip
+    return dataclasses.replace(line, start=lo, end=hi, hours=rounded(line.hours * share),
+                               cost=rounded(line.cost * share), on_demand=rounded(line.on_demand * share))
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,14 @@
 
 ``build_report`` reads one UTC calendar month of ``CostRecordRow`` rows (plus,
 for a month still in progress, the ledger's priced view of open intervals),
-converts every amount into the report currency with the given FX rates and
-sums in Decimal. The report's models live in ``scheduler/accounting/report_models.py``;
-rounding happens only in the renderers in ``scheduler/accounting/report_render.py`` (HTML
-with embedded charts, CSV, Markdown), so the report object itself stays exact.
-Both are re-exported here, so ``reports.write_report(...)`` keeps working.
+converts every amount into the report currency with the month's FX rates, charges
+busy reserved hours their share of the reservations' amortized fees
+(``report_lines``, ``reservations``) and sums in Decimal. The definitions the
+report holds to are in ``report_models``' docstring. Amounts are kept at 12
+places, so every breakdown adds up to the headline exactly; rounding
+to cents happens only in the renderers in ``scheduler/accounting/report_render.py``
+(HTML with embedded charts, CSV, Markdown). Both are re-exported here, so
+``reports.write_report(...)`` keeps working.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from scheduler.accounting.report_lines import (
     convert,
     month_lines,
     priced_period,
-    q8,
+    rounded,
     seconds,
 )
 from scheduler.accounting.report_models import (
@@ -133,7 +136,7 @@ def _allocate(amount: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
     weight = sum(weights, Decimal(0))
     if weight == 0:
         return [amount] + [Decimal(0)] * (len(weights) - 1)
-    parts = [q8(amount * w / weight) for w in weights[:-1]]
+    parts = [rounded(amount * w / weight) for w in weights[:-1]]
     parts.append(amount - sum(parts, Decimal(0)))
     return parts
 

@@ -210,8 +210,8 @@ def test_report_in_usd_converts_cny_rows(session: Session, ledger: Ledger) -> No
     r = report_for(session, currency="USD", fx=fx)
     converted = [fx.convert(Money(amount=c.amount, currency=c.currency), "USD") for c in ledger.written]
     want = sum((m.amount for m in converted), Decimal(0))
-    # 1/7.1234 does not terminate: each converted line is rounded to the ledger's 8 places, once.
-    assert r.total.currency == "USD" and abs(r.total.amount - want) <= Decimal("0.000000005") * len(converted)
+    # 1/7.1234 does not terminate: each converted line is rounded to the report's 12 places, once.
+    assert r.total.currency == "USD" and abs(r.total.amount - want) <= Decimal("0.5e-12") * len(converted)
     assert r.fx == {"CNY": fx.rate("CNY", "USD")}
     assert "1 CNY = 0.140382 USD" in r.notes[0]
 
