@@ -14,10 +14,11 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from scheduler.limits import MAX_DEADLINE_AHEAD, budget_problem, deadline_time_problem, duration_problem
 from scheduler.money import Money
+from scheduler.times import utc
 
 MODELS = tuple(f"{f}-{s}" for f in ("yolov9", "gelan") for s in "tsmce")
 PROVIDERS = ("aws", "alibaba", "tencent", "sandbox")
@@ -263,7 +264,13 @@ class Offer(Frozen):
 
 
 class ReservedCapacity(Frozen):
-    """Instances the organisation has already paid for: zero marginal cost until ``until``."""
+    """Instances the organisation has already paid for: zero marginal cost until ``until``.
+
+    The terms are for the monthly report's amortized view (``accounting/reservations.py``):
+    ``upfront_fee`` is paid once for the whole term [``start``, ``until``) and all ``count``
+    machines; ``monthly_fee`` is billed every month of the term for all of them. Set one or both
+    (AWS partial upfront has both); with neither, the report counts the reservation as free and says so.
+    """
 
     provider: str
     region: str
@@ -271,4 +278,29 @@ class ReservedCapacity(Frozen):
     instance_type: str
     count: int = Field(ge=1)
     until: datetime
+    start: datetime | None = None  # when the term began; needed to spread an upfront fee over it
+    upfront_fee: Money | None = None
+    monthly_fee: Money | None = None
     note: str = ""
+
+    @field_validator("upfront_fee", "monthly_fee", mode="before")
+    @classmethod
+    def _money_text(cls, v: object) -> object:
+        return Money.parse(v) if isinstance(v, str) else v  # "36000 CNY", as GPUSCHED_TEAM_BUDGETS
+
+    @model_validator(mode="after")
+    def _term(self) -> "ReservedCapacity":
+        if self.start is not None and utc(self.start) >= utc(self.until):
+            raise ValueError(f"start {self.start.isoformat()} is not before until {self.until.isoformat()}")
+        if self.upfront_fee is not None and self.start is None:
+            raise ValueError("an upfront_fee needs the term's start, to spread the fee over the term")
+        for fee in (self.upfront_fee, self.monthly_fee):
+            if fee is not None and fee.amount < 0:
+                raise ValueError(f"a reservation fee cannot be negative ({fee})")
+        if self.upfront_fee and self.monthly_fee and self.upfront_fee.currency != self.monthly_fee.currency:
+            raise ValueError("upfront_fee and monthly_fee must be in the same currency")
+        return self
+
+    @property
+    def has_fee(self) -> bool:
+        return self.upfront_fee is not None or self.monthly_fee is not None

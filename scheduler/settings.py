@@ -12,6 +12,7 @@ Secrets are ``SecretStr`` so they never print in a repr or a log line.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -23,6 +24,8 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 from scheduler.errors import SettingsError
 from scheduler.models import ReservedCapacity
 from scheduler.money import FxRates, Money
+
+_MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
 
 
 class Settings(BaseSettings):
@@ -78,6 +81,9 @@ class Settings(BaseSettings):
     team_budgets: dict[str, Money] = {}
     report_currency: Literal["CNY", "USD"] = "CNY"
     fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0)
+    # Dated rates, JSON {"2026-10": "7.12", "2026-11": "7.18"}: a month's report (and each month of its
+    # trend) converts at its own month's rate; a month not listed uses fx_usd_cny.
+    fx_usd_cny_by_month: dict[str, Decimal] = {}
     report_cron: str = "0 6 1 * *"  # minute hour day month weekday: 06:00 on the 1st
     report_dir: Path | None = None  # empty: <data_dir>/reports
 
@@ -105,6 +111,23 @@ class Settings(BaseSettings):
             return {team: Money.parse(m) if isinstance(m, str) else m for team, m in v.items()}
         return v
 
+    @field_validator("fx_usd_cny_by_month", mode="before")
+    @classmethod
+    def _fx_json(cls, v: object) -> object:
+        if isinstance(v, str):
+            return json.loads(v) if v.strip() else {}
+        return v
+
+    @field_validator("fx_usd_cny_by_month")
+    @classmethod
+    def _fx_months(cls, v: dict[str, Decimal]) -> dict[str, Decimal]:
+        for month, rate in v.items():
+            if not _MONTH_RE.match(month):
+                raise ValueError(f"key {month!r} is not a month like 2026-11")
+            if rate <= 0:
+                raise ValueError(f"the rate for {month} must be above 0, not {rate}")
+        return v
+
     @field_validator("reserved", mode="before")
     @classmethod
     def _reserved_json(cls, v: object) -> object:
@@ -126,7 +149,12 @@ class Settings(BaseSettings):
 
     @property
     def fx(self) -> FxRates:
+        """Today's rates: what plans and budgets convert with."""
         return FxRates(base="CNY", rates={"USD": self.fx_usd_cny})
+
+    def fx_for(self, month: str) -> FxRates:
+        """The rates a report of ``month`` (``YYYY-MM``) converts with: that month's, else the default."""
+        return FxRates(base="CNY", rates={"USD": self.fx_usd_cny_by_month.get(month, self.fx_usd_cny)})
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -3,6 +3,15 @@
 Shared by ``scheduler/accounting/reports.py``, which builds a report from the ledger, and
 ``scheduler/accounting/report_render.py``, which draws it; living apart from both keeps
 the two free of an import cycle. Amounts are exact Decimals: nothing here rounds.
+
+One set of definitions holds everywhere (headline, tables, charts, CSV):
+
+* **billed**: spot and on-demand hours as the clouds bill them by the hour;
+* **reserved fee**: what the reservations cost in the period, amortized (``accounting/reservations.py``);
+* **cost** = billed + reserved fee; the report's ``total`` is what the company pays for GPUs in the
+  period, and every breakdown's rows (with the "unused reservations" row) add up to it;
+* **on-demand equivalent**: the billed hours at on-demand prices; **savings** = it - billed. Prepaid
+  reserved hours are left out of both: their on-demand value is shown apart, beside the reservation's fee.
 """
 
 from __future__ import annotations
@@ -13,19 +22,38 @@ from decimal import Decimal
 from scheduler.models import Frozen
 from scheduler.money import Money
 
-__all__ = ["Breakdown", "DayCost", "JobCost", "MonthlyReport", "TeamBudget", "TeamCapacityCost"]
+__all__ = [
+    "UNUSED_RESERVATIONS",
+    "Breakdown",
+    "DayCost",
+    "Forecast",
+    "JobCost",
+    "MonthTotals",
+    "MonthlyReport",
+    "ReservationUse",
+    "TeamBudget",
+    "TeamCapacityCost",
+]
+
+# The key of the row every breakdown gives to the prepaid hours nobody used.
+UNUSED_RESERVATIONS = "(unused reservations)"
 
 
 class Breakdown(Frozen):
     key: str
-    hours: Decimal
-    cost: Money
-    on_demand_equivalent: Money
+    hours: Decimal  # machine-hours of every capacity type, busy and idle
+    billed: Money  # spot and on-demand hours, as billed
+    on_demand_equivalent: Money  # those billed hours at on-demand prices
+    savings: Money  # on_demand_equivalent - billed
+    reserved_hours: Decimal  # hours a job ran on a reserved machine
+    reserved_fee: Money  # the amortized fee of those hours (of the unused ones, in the unused row)
+    cost: Money  # billed + reserved_fee
     share_pct: Decimal  # of the month's total cost; 0 when the month cost nothing
+    unused_reservation: bool = False  # the row of prepaid hours nobody used
 
 
 class TeamCapacityCost(Frozen):
-    """One cell of the team x capacity table behind the stacked team chart."""
+    """One cell of the team x capacity table behind the stacked team chart (cost = billed + reserved fee)."""
 
     team: str
     capacity: str
@@ -34,10 +62,59 @@ class TeamCapacityCost(Frozen):
 
 
 class DayCost(Frozen):
+    """One UTC day; a day after the report time is ``future`` and has no figures (not zero ones)."""
+
     day: date
-    hours: Decimal
-    cost: Money
-    idle_cost: Money  # the part of ``cost`` paid for machines without a job
+    future: bool
+    hours: Decimal | None
+    billed: Money | None
+    idle_cost: Money | None  # the part of ``billed`` paid for machines without a job
+    reserved_fee: Money | None
+    cost: Money | None  # billed + reserved_fee
+
+
+class ReservationUse(Frozen):
+    """One reservation (those of one provider, region and instance type, pooled) over the period."""
+
+    provider: str
+    region: str
+    instance_type: str
+    count: int
+    note: str
+    configured: bool  # False: reserved machines ran that no reservation in the settings covers
+    fee_set: bool  # False: a reservation has no fee in the settings, so it counts as free
+    prepaid_hours: Decimal  # count x hours of the term in the period
+    busy_hours: Decimal  # a job ran on it
+    idle_hours: Decimal  # up, without a job: prepaid idle
+    utilisation_pct: Decimal | None  # busy / prepaid; None with nothing prepaid
+    fee: Money  # amortized over the period
+    used_fee: Money  # the busy hours' part, charged to whoever ran them
+    unused_fee: Money  # fee - used_fee: its own line in every breakdown
+    on_demand_value: Money  # the busy hours at on-demand prices: what the work would have cost without it
+
+
+class Forecast(Frozen):
+    """The month to its end: billed at the month-so-far hourly rate, reservation fees as amortized."""
+
+    total: Money
+    billed: Money
+    reserved_fees: Money
+    hours_elapsed: Decimal
+    hours_left: Decimal
+
+
+class MonthTotals(Frozen):
+    """A month's headline, for the trend table; each month at its own FX rates."""
+
+    month: str
+    fx: dict[str, Decimal]
+    complete: bool  # False: the month was still running at the report time
+    total: Money
+    billed: Money
+    reserved_fees: Money
+    reserved_unused: Money
+    on_demand_equivalent: Money
+    savings: Money
 
 
 class JobCost(Frozen):
@@ -48,9 +125,11 @@ class JobCost(Frozen):
     kind: str
     state: str
     hours: Decimal
-    cost: Money  # this month
-    on_demand_equivalent: Money
-    cost_to_date: Money  # every month up to and including this one: what a budget is held against
+    cost: Money  # billed this month: what the job's budget is held against (reserved hours cost it nothing)
+    on_demand_equivalent: Money  # its billed hours at on-demand prices
+    reserved_hours: Decimal  # busy on a reserved machine
+    reserved_fee: Money  # those hours' share of the reservation's amortized fee (not held against the budget)
+    cost_to_date: Money  # billed in every month up to and including this one
     budget: Money | None
     over_budget: bool
     preemptions: int
@@ -71,17 +150,30 @@ class MonthlyReport(Frozen):
     month: str
     currency: str
     fx: dict[str, Decimal]  # report-currency units per one unit of each other currency
+    fx_dated: bool  # True: the rates set for this month; False: the default rates
     generated_at: datetime
     period_start: datetime
     period_end: datetime  # exclusive
-    records: int  # cost lines aggregated; 0 means no spend recorded
-    total: Money
-    on_demand_equivalent: Money
-    savings: Money
+    as_of: datetime  # figures run up to here: the period end, or the report time in a running month
+    records: int  # cost lines aggregated; 0 with no reservation fee either means no spend recorded
+    total: Money  # billed + reserved_fees: what the GPUs cost in the period, amortized
+    billed: Money
+    reserved_fees: Money
+    reserved_unused: Money
+    on_demand_equivalent: Money  # of the billed hours
+    savings: Money  # on_demand_equivalent - billed
     savings_pct: Decimal
     busy_hours: Decimal
-    idle_hours: Decimal
-    idle_cost: Money
+    idle_hours: Decimal  # billed_idle_hours + prepaid_idle_hours
+    billed_hours: Decimal
+    billed_idle_hours: Decimal
+    prepaid_idle_hours: Decimal
+    idle_cost: Money  # billed idle: what machines without a job cost by the hour
+    reserved_prepaid_hours: Decimal
+    reserved_busy_hours: Decimal
+    reserved_utilisation_pct: Decimal | None
+    reserved_on_demand_value: Money
+    reservations: tuple[ReservationUse, ...]
     idle_stops: int
     idle_assumed_hours: Decimal  # the assumption behind the two figures below
     idle_hours_avoided: Decimal
@@ -93,6 +185,12 @@ class MonthlyReport(Frozen):
     by_capacity: tuple[Breakdown, ...]
     team_by_capacity: tuple[TeamCapacityCost, ...]
     by_day: tuple[DayCost, ...]
+    forecast: Forecast | None  # None once the month is over (or before it began)
+    trend: tuple[MonthTotals, ...]  # the previous months, oldest first, then this one
     jobs: tuple[JobCost, ...]
     budget_vs_actual: tuple[TeamBudget, ...]
     notes: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return self.records == 0 and self.reserved_fees.amount == 0

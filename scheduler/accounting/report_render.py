@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from scheduler.accounting.report_models import MonthlyReport
+from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
 from scheduler.money import Money
 
 __all__ = [
@@ -72,7 +72,7 @@ def _capacities(report: MonthlyReport) -> list[str]:
 
 def render_charts(report: MonthlyReport) -> dict[str, str]:
     """The report's charts as ``data:image/png;base64,...`` URIs, keyed by name; none for an empty month."""
-    if report.records == 0:
+    if report.empty:
         return {}
     # Imported here so the CLI and daemon do not pay matplotlib's import time until a report is drawn.
     # Figure + Agg canvas, not pyplot: no global figure state, safe on the daemon's scheduler thread.
@@ -83,7 +83,8 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
         fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
         return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
-    # Floats below feed the plot only; every figure printed comes from the Decimal report.
+    # Floats below feed the plot only; every figure printed comes from the Decimal report. Each chart draws
+    # the same figures as the tables: cost = billed + reserved fee, the unused reservations a bar of their own.
     cur = report.currency
     teams = [b.key for b in reversed(report.by_team)]  # barh draws bottom-up: biggest team on top
     fig = Figure(figsize=(7.5, 0.5 * len(teams) + 1.4))
@@ -95,21 +96,30 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
         ax.barh(teams, widths, left=left, label=capacity, color=_CAPACITY_COLOURS.get(capacity))
         left = [a + b for a, b in zip(left, widths)]
     ax.set_xlabel(cur)
-    ax.set_title("Spend by team and capacity type")
+    ax.set_title("Cost by team and capacity type (reserved: amortized fee)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
     charts = {"team_capacity": png(fig)}
 
     fig = Figure(figsize=(7.5, 3))
     ax = fig.add_subplot()
-    days = [d.day.day for d in report.by_day]
-    idle = [float(d.idle_cost.amount) for d in report.by_day]
-    busy = [float(d.cost.amount) - i for d, i in zip(report.by_day, idle)]
-    ax.bar(days, busy, label="busy", color="#264653")
-    ax.bar(days, idle, bottom=busy, label="idle", color="#f4a261")
-    ax.set_xlim(0.4, len(days) + 0.6)
+    past = [d for d in report.by_day if not d.future]  # future days stay blank, not drawn as zero
+    days = [d.day.day for d in past]
+    idle = [float(d.idle_cost.amount) if d.idle_cost else 0.0 for d in past]
+    busy = [float(d.billed.amount) - i if d.billed else 0.0 for d, i in zip(past, idle)]
+    fees = [float(d.reserved_fee.amount) if d.reserved_fee else 0.0 for d in past]
+    ax.bar(days, busy, label="billed, busy", color="#264653")
+    ax.bar(days, idle, bottom=busy, label="billed, idle", color="#f4a261")
+    ax.bar(days, fees, bottom=[a + b for a, b in zip(busy, idle)], label="reserved fee (amortized)",
+           color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
+    if len(past) < len(report.by_day):
+        first_future = len(past) + 1
+        ax.axvspan(first_future - 0.5, len(report.by_day) + 0.6, color="#eef1f4")
+        ax.text((first_future + len(report.by_day)) / 2, 0.5, "to come", transform=ax.get_xaxis_transform(),
+                ha="center", color="#8d99ae")  # fmt: skip
+    ax.set_xlim(0.4, len(report.by_day) + 0.6)
     ax.set_xlabel(f"day of {report.month} (UTC)")
     ax.set_ylabel(cur)
-    ax.set_title("Daily spend")
+    ax.set_title("Daily cost")
     ax.legend(fontsize="small")
     charts["daily"] = png(fig)
 
@@ -117,17 +127,20 @@ def render_charts(report: MonthlyReport) -> dict[str, str]:
     ax = fig.add_subplot()
     clouds = [b.key for b in report.by_cloud]
     xs = list(range(len(clouds)))
-    ax.bar([x - 0.2 for x in xs], [float(b.cost.amount) for b in report.by_cloud], 0.4, label="actual", color="#264653")
+    billed = [float(b.billed.amount) for b in report.by_cloud]
+    ax.bar([x - 0.2 for x in xs], billed, 0.4, label="billed by the hour", color="#264653")
+    ax.bar([x - 0.2 for x in xs], [float(b.reserved_fee.amount) for b in report.by_cloud], 0.4, bottom=billed,
+           label="reserved fee (amortized)", color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
     ax.bar(
         [x + 0.2 for x in xs],
         [float(b.on_demand_equivalent.amount) for b in report.by_cloud],
         0.4,
-        label="on-demand equivalent",
+        label="billed hours at on-demand prices",
         color="#e9c46a",
     )
     ax.set_xticks(xs, clouds)
     ax.set_ylabel(cur)
-    ax.set_title("Actual spend vs on-demand equivalent, by cloud")
+    ax.set_title("Cost vs on-demand equivalent, by cloud")
     ax.legend(fontsize="small")
     charts["clouds"] = png(fig)
     return charts
@@ -142,7 +155,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct)
+    env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label)
     return env
 
 
@@ -157,7 +170,10 @@ def render_html(report: MonthlyReport) -> str:
     )
 
 
-CSV_COLUMNS = ("section", "key", "hours", "cost", "currency", "on_demand_equivalent", "share_pct")
+CSV_COLUMNS = (
+    "section", "key", "hours", "billed", "on_demand_equivalent", "savings", "reserved_hours", "reserved_fee", "cost",
+    "currency", "share_pct", "utilisation_pct", "reserved_on_demand_value",
+)  # fmt: skip
 
 
 def _csv_num(value: Decimal | None) -> str:
@@ -165,30 +181,57 @@ def _csv_num(value: Decimal | None) -> str:
 
 
 def render_csv(report: MonthlyReport) -> str:
-    """One flat table; ``section`` says which breakdown a row belongs to."""
+    """One flat table; ``section`` says which part of the report a row belongs to. Empty: no figure
+    (a day still to come, a column that does not apply), never a zero that was not measured."""
     buf = io.StringIO()
     out = csv.writer(buf, lineterminator="\n")
     out.writerow(CSV_COLUMNS)
+    r, cur = report, report.currency
 
-    def row(section: str, key: str, hours: Decimal | None, cost: Money, od: Money | None, pct: Decimal | None) -> None:
-        od_amount = od.amount if od else None
-        num = _csv_num
-        out.writerow((section, key, num(hours), num(cost.amount), cost.currency, num(od_amount), num(pct)))
+    def amount(m: Money | None) -> Decimal | None:
+        return None if m is None else m.amount
 
-    r = report
-    row("total", r.month, r.busy_hours + r.idle_hours, r.total, r.on_demand_equivalent, _HUNDRED if r.records else None)
-    row("savings", "vs on-demand", None, r.savings, None, r.savings_pct)
-    row("usage", "busy", r.busy_hours, r.total - r.idle_cost, None, None)
-    row("usage", "idle", r.idle_hours, r.idle_cost, None, None)
-    row("idle_avoided", "estimate", r.idle_hours_avoided, r.idle_cost_avoided, None, None)
+    def row(section: str, key: str, **cells: Decimal | Money | None) -> None:
+        values = {k: _csv_num(amount(v) if isinstance(v, Money) or v is None else v) for k, v in cells.items()}
+        out.writerow([section, key] + [cur if c == "currency" else values.get(c, "") for c in CSV_COLUMNS[2:]])
+
+    row("total", r.month, hours=r.busy_hours + r.idle_hours, billed=r.billed,
+        on_demand_equivalent=r.on_demand_equivalent, savings=r.savings, reserved_hours=r.reserved_busy_hours,
+        reserved_fee=r.reserved_fees, cost=r.total,
+        share_pct=_HUNDRED if not r.empty else None, utilisation_pct=r.reserved_utilisation_pct,
+        reserved_on_demand_value=r.reserved_on_demand_value)  # fmt: skip
+    row("savings", "vs on-demand", savings=r.savings, share_pct=r.savings_pct)
+    row("usage", "busy", hours=r.busy_hours)
+    row("usage", "billed idle", hours=r.billed_idle_hours, billed=r.idle_cost, cost=r.idle_cost)
+    row("usage", "prepaid idle", hours=r.prepaid_idle_hours)
+    row("idle_avoided", "estimate", hours=r.idle_hours_avoided, cost=r.idle_cost_avoided)
+    for res in r.reservations:
+        row("reservation", reservation_label(res), hours=res.prepaid_hours, reserved_hours=res.busy_hours,
+            reserved_fee=res.fee, cost=res.fee, utilisation_pct=res.utilisation_pct,
+            reserved_on_demand_value=res.on_demand_value)  # fmt: skip
+        row("reservation_unused", reservation_label(res), reserved_fee=res.unused_fee, cost=res.unused_fee)
     for section, attr, _ in BREAKDOWNS:
         for b in getattr(r, attr):
-            row(section, b.key, b.hours, b.cost, b.on_demand_equivalent, b.share_pct)
+            row(section, b.key, hours=b.hours, billed=b.billed, on_demand_equivalent=b.on_demand_equivalent,
+                savings=b.savings, reserved_hours=b.reserved_hours, reserved_fee=b.reserved_fee, cost=b.cost,
+                share_pct=b.share_pct)  # fmt: skip
     for d in r.by_day:
-        row("day", d.day.isoformat(), d.hours, d.cost, None, None)
+        row("day", d.day.isoformat(), hours=d.hours, billed=d.billed, reserved_fee=d.reserved_fee, cost=d.cost)
+    if r.forecast is not None:
+        f = r.forecast
+        row("forecast", r.month, billed=f.billed, reserved_fee=f.reserved_fees, cost=f.total)
+    for t in r.trend:
+        row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
+            reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
     for j in r.jobs:
-        row("job", j.id, j.hours, j.cost, j.on_demand_equivalent, None)
+        row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
+            savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
+            cost=j.cost + j.reserved_fee)  # fmt: skip
     return buf.getvalue()
+
+
+def reservation_label(res: ReservationUse) -> str:
+    return f"{res.provider} {res.region} {res.instance_type} x{res.count}"
 
 
 def _md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -198,38 +241,81 @@ def _md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str
     return [cells(headers), "|" + "|".join("---" for _ in headers) + "|", *(cells(r) for r in rows), ""]
 
 
+def _util(pct: Decimal | None) -> str:
+    return "-" if pct is None else fmt_pct(pct)
+
+
+def summary_rows(r: MonthlyReport) -> list[tuple[str, str]]:
+    """The headline, as (figure, value) pairs: the Markdown summary, and what a test reads back."""
+    rows = [
+        ("Total cost (amortized)", fmt_money(r.total)),
+        ("Billed by the hour (spot, on-demand)", fmt_money(r.billed)),
+        ("Reservation fees (amortized)", fmt_money(r.reserved_fees)),
+        ("of which unused", fmt_money(r.reserved_unused)),
+        ("Billed hours at on-demand prices", fmt_money(r.on_demand_equivalent)),
+        ("Saved vs on-demand", f"{fmt_money(r.savings)} ({fmt_pct(r.savings_pct)})"),
+        ("Reserved capacity used", f"{fmt_hours(r.reserved_busy_hours)} of {fmt_hours(r.reserved_prepaid_hours)} "
+                                   f"prepaid h ({_util(r.reserved_utilisation_pct)})"),
+        ("Reserved busy hours at on-demand prices", fmt_money(r.reserved_on_demand_value)),
+        ("Busy hours", fmt_hours(r.busy_hours)),
+        ("Billed idle", f"{fmt_hours(r.billed_idle_hours)} of {fmt_hours(r.billed_hours)} billed h, "
+                        f"{fmt_money(r.idle_cost)}"),
+        ("Prepaid idle (reserved, no job)", f"{fmt_hours(r.prepaid_idle_hours)} h"),
+        ("Idle stops", str(r.idle_stops)),
+        ("Idle cost avoided (estimate)", fmt_money(r.idle_cost_avoided)),
+        ("Idle hours avoided (estimate)", fmt_hours(r.idle_hours_avoided)),
+    ]  # fmt: skip
+    if r.forecast is not None:
+        rows.insert(1, ("Forecast to month end", fmt_money(r.forecast.total)))
+    return rows
+
+
+BREAKDOWN_HEADERS = ("hours", "billed", "on-demand equivalent", "saved", "reserved fee", "cost", "share")
+
+
+def breakdown_cells(b: Breakdown) -> tuple[str, ...]:
+    if b.unused_reservation:
+        return (b.key, "-", "-", "-", "-", fmt_money(b.reserved_fee), fmt_money(b.cost), fmt_pct(b.share_pct))
+    return (b.key, fmt_hours(b.hours), fmt_money(b.billed), fmt_money(b.on_demand_equivalent), fmt_money(b.savings),
+            fmt_money(b.reserved_fee), fmt_money(b.cost), fmt_pct(b.share_pct))  # fmt: skip
+
+
 def render_markdown(report: MonthlyReport) -> str:
     r = report
     lines = [f"# GPU spend report {r.month}", "", f"Generated {r.generated_at:%Y-%m-%d %H:%M} UTC, in {r.currency}."]
     lines.append("")
-    if r.records == 0:
+    if r.empty:
         lines += ["No spend recorded for this month.", ""]
     else:
         lines += ["## Summary", ""]
-        lines += _md_table(
-            ("figure", "value"),
-            [
-                ("Total spend", fmt_money(r.total)),
-                ("On-demand equivalent", fmt_money(r.on_demand_equivalent)),
-                ("Savings vs on-demand", f"{fmt_money(r.savings)} ({fmt_pct(r.savings_pct)})"),
-                ("Busy hours", fmt_hours(r.busy_hours)),
-                ("Idle hours", fmt_hours(r.idle_hours)),
-                ("Paid for idle machines", fmt_money(r.idle_cost)),
-                ("Idle stops", str(r.idle_stops)),
-                ("Idle cost avoided (estimate)", fmt_money(r.idle_cost_avoided)),
-                ("Idle hours avoided (estimate)", fmt_hours(r.idle_hours_avoided)),
-            ],
-        )
+        lines += _md_table(("figure", "value"), summary_rows(r))
+        if r.reservations:
+            lines += ["## Reservations", ""]
+            lines += _md_table(
+                ("reservation", "prepaid h", "busy h", "prepaid idle h", "used", "fee (amortized)", "used part",
+                 "unused part", "busy h at on-demand"),
+                [
+                    (reservation_label(v), fmt_hours(v.prepaid_hours), fmt_hours(v.busy_hours),
+                     fmt_hours(v.idle_hours), _util(v.utilisation_pct), fmt_money(v.fee), fmt_money(v.used_fee),
+                     fmt_money(v.unused_fee), fmt_money(v.on_demand_value))
+                    for v in r.reservations
+                ],
+            )  # fmt: skip
+        if len(r.trend) > 1 or r.forecast is not None:
+            lines += ["## Trend", ""]
+            trend = [
+                (t.month + ("" if t.complete else " (so far)"), fmt_money(t.billed), fmt_money(t.reserved_fees),
+                 fmt_money(t.total), fmt_money(t.savings))
+                for t in r.trend
+            ]  # fmt: skip
+            if r.forecast is not None:
+                f = r.forecast
+                trend.append((f"{r.month} (forecast)", fmt_money(f.billed), fmt_money(f.reserved_fees),
+                              fmt_money(f.total), "-"))  # fmt: skip
+            lines += _md_table(("month", "billed", "reservation fees", "total", "saved vs on-demand"), trend)
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]
-            lines += _md_table(
-                (title, "hours", "cost", "on-demand equivalent", "share"),
-                [
-                    (b.key, fmt_hours(b.hours), fmt_money(b.cost), fmt_money(b.on_demand_equivalent),
-                     fmt_pct(b.share_pct))
-                    for b in getattr(r, attr)
-                ],  # fmt: skip
-            )
+            lines += _md_table((title, *BREAKDOWN_HEADERS), [breakdown_cells(b) for b in getattr(r, attr)])
         if r.budget_vs_actual:
             lines += ["## Budget vs actual", ""]
             lines += _md_table(
@@ -242,9 +328,11 @@ def render_markdown(report: MonthlyReport) -> str:
             )  # fmt: skip
         lines += ["## Jobs", ""]
         lines += _md_table(
-            ("job", "name", "team", "kind", "state", "cost", "cost to date", "budget", "preemptions"),
+            ("job", "name", "team", "kind", "state", "billed", "reserved h", "reserved fee", "billed to date", "budget",
+             "preemptions"),
             [
-                (j.id, j.name, j.team, j.kind, j.state, fmt_money(j.cost), fmt_money(j.cost_to_date),
+                (j.id, j.name, j.team, j.kind, j.state, fmt_money(j.cost), fmt_hours(j.reserved_hours),
+                 fmt_money(j.reserved_fee), fmt_money(j.cost_to_date),
                  (fmt_money(j.budget) + (" OVER" if j.over_budget else "")) if j.budget else "-", str(j.preemptions))
                 for j in r.jobs
             ],

@@ -2,28 +2,52 @@
 
 ``build_report`` reads one UTC calendar month of ``CostRecordRow`` rows (plus,
 for a month still in progress, the ledger's priced view of open intervals),
-converts every amount into the report currency with the given FX rates and
-sums in Decimal. The report's models live in ``scheduler/accounting/report_models.py``;
-rounding happens only in the renderers in ``scheduler/accounting/report_render.py`` (HTML
-with embedded charts, CSV, Markdown), so the report object itself stays exact.
-Both are re-exported here, so ``reports.write_report(...)`` keeps working.
+converts every amount into the report currency with the month's FX rates, charges
+busy reserved hours their share of the reservations' amortized fees
+(``report_lines``, ``reservations``) and sums in Decimal. The definitions the
+report holds to are in ``report_models``' docstring. Amounts are kept at 12
+places, so every breakdown adds up to the headline exactly; rounding
+to cents happens only in the renderers in ``scheduler/accounting/report_render.py``
+(HTML with embedded charts, CSV, Markdown). Both are re-exported here, so
+``reports.write_report(...)`` keeps working.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
-from scheduler.accounting.report_models import Breakdown, DayCost, JobCost, MonthlyReport, TeamBudget, TeamCapacityCost
+from scheduler.accounting.report_lines import (
+    RESERVED,
+    CostLike,
+    Line,
+    PoolUse,
+    convert,
+    month_lines,
+    priced_period,
+    rounded,
+    seconds,
+)
+from scheduler.accounting.report_models import (
+    UNUSED_RESERVATIONS,
+    Breakdown,
+    DayCost,
+    Forecast,
+    JobCost,
+    MonthlyReport,
+    MonthTotals,
+    ReservationUse,
+    TeamBudget,
+    TeamCapacityCost,
+)
 from scheduler.accounting.report_render import (
     BREAKDOWNS,
     CSV_COLUMNS,
@@ -36,8 +60,10 @@ from scheduler.accounting.report_render import (
     render_markdown,
     write_report,
 )
+from scheduler.accounting.reservations import pools_for
 from scheduler.clock import SystemClock
 from scheduler.errors import UserError
+from scheduler.models import ReservedCapacity
 from scheduler.money import CURRENCIES, FxRates, Money
 from scheduler.settings import Settings
 from scheduler.store.database import Store
@@ -49,13 +75,18 @@ __all__ = [
     "NO_PROJECT",
     "CostLike",
     "build_report",
+    "monthly_report",
     "month_bounds",
     "previous_month",
     # the report's models (scheduler.accounting.report_models)
     "Breakdown",
     "DayCost",
+    "Forecast",
     "JobCost",
     "MonthlyReport",
+    "MonthTotals",
+    "ReservationUse",
+    "UNUSED_RESERVATIONS",
     "TeamBudget",
     "TeamCapacityCost",
     # rendering (scheduler.accounting.report_render)
@@ -75,24 +106,6 @@ NO_PROJECT = "(no project)"
 _MONTH_RE = re.compile(r"^([1-9][0-9]{3})-(0[1-9]|1[0-2])$")
 _HUNDRED = Decimal(100)
 _SECONDS_PER_HOUR = Decimal(3600)
-
-
-class CostLike(Protocol):
-    """What the report reads from a cost line: a CostRecordRow, or the ledger's open-interval view."""
-
-    job_id: str | None
-    team: str
-    project: str | None
-    kind: str
-    provider: str
-    gpu: str
-    capacity: str
-    start: datetime
-    end: datetime
-    hours: Decimal
-    amount: Decimal
-    on_demand_amount: Decimal
-    currency: str
 
 
 # --- months ------------------------------------------------------------------
@@ -118,75 +131,12 @@ def previous_month(now: datetime) -> str:
 # --- aggregation -------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
-    """One cost line with its money already in the report currency."""
-
-    job_id: str | None
-    team: str
-    project: str | None
-    kind: str
-    provider: str
-    gpu: str
-    capacity: str
-    start: datetime
-    end: datetime
-    hours: Decimal
-    cost: Decimal
-    on_demand: Decimal
-
-
-def _seconds(delta: timedelta) -> Decimal:
-    # timedelta.total_seconds() is a float; money prorated by it would not sum exactly.
-    return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / Decimal(1_000_000)
-
-
-def _convert(amount: Decimal, currency: str, to: str, fx: FxRates) -> Decimal:
-    if currency not in CURRENCIES:
-        raise UserError(
-            f"a cost is recorded in {currency!r}, which the report cannot convert",
-            fix=f"record prices in one of {', '.join(CURRENCIES)}",
-        )
-    return fx.convert(Money(amount=Decimal(amount), currency=currency), to).amount
-
-
-def _line(raw: CostLike, currency: str, fx: FxRates) -> _Line:
-    return _Line(
-        job_id=raw.job_id,
-        team=raw.team,
-        project=raw.project,
-        kind=raw.kind,
-        provider=raw.provider,
-        gpu=raw.gpu,
-        capacity=raw.capacity,
-        start=utc(raw.start),
-        end=utc(raw.end),
-        hours=Decimal(raw.hours),
-        cost=_convert(raw.amount, raw.currency, currency, fx),
-        on_demand=_convert(raw.on_demand_amount, raw.currency, currency, fx),
-    )
-
-
-def _clip(line: _Line, start: datetime, end: datetime) -> _Line | None:
-    """The part of ``line`` inside [start, end), prorated by time; None if it lies outside."""
-    lo, hi = max(line.start, start), min(line.end, end)
-    if lo == line.start and hi == line.end:
-        return line if line.start < end and line.end >= start else None
-    if hi <= lo:
-        return None
-    share = _seconds(hi - lo) / _seconds(line.end - line.start)
-    return _Line(
-        line.job_id, line.team, line.project, line.kind, line.provider, line.gpu, line.capacity,
-        lo, hi, line.hours * share, line.cost * share, line.on_demand * share,
-    )  # fmt: skip
-
-
 def _allocate(amount: Decimal, weights: Sequence[Decimal]) -> list[Decimal]:
     """Split ``amount`` in proportion to ``weights``; the last part takes the remainder so parts sum exactly."""
     weight = sum(weights, Decimal(0))
     if weight == 0:
         return [amount] + [Decimal(0)] * (len(weights) - 1)
-    parts = [amount * w / weight for w in weights[:-1]]
+    parts = [rounded(amount * w / weight) for w in weights[:-1]]
     parts.append(amount - sum(parts, Decimal(0)))
     return parts
 
@@ -200,29 +150,44 @@ def _day_seconds(start: datetime, end: datetime) -> list[tuple[date, Decimal]]:
     while cursor < end:
         midnight = datetime.combine(cursor.date() + timedelta(days=1), time(), tzinfo=timezone.utc)
         stop = min(end, midnight)
-        pieces.append((cursor.date(), _seconds(stop - cursor)))
+        pieces.append((cursor.date(), seconds(stop - cursor)))
         cursor = stop
     return pieces
 
 
-def _by_day(lines: Iterable[_Line], start: datetime, end: datetime, currency: str) -> tuple[DayCost, ...]:
-    # Every day of the month appears, so the daily chart has a stable x axis.
+def _by_day(
+    lines: Iterable[Line], uses: Sequence[PoolUse], start: datetime, end: datetime, as_of: datetime, currency: str
+) -> tuple[DayCost, ...]:
+    # Every day of the month appears, so the daily chart has a stable x axis; days after the report time
+    # are future days, with no figures rather than zeros.
     hours: dict[date, Decimal] = defaultdict(Decimal)
-    cost: dict[date, Decimal] = defaultdict(Decimal)
+    billed: dict[date, Decimal] = defaultdict(Decimal)
     idle: dict[date, Decimal] = defaultdict(Decimal)
+    fees: dict[date, Decimal] = defaultdict(Decimal)
     for line in lines:
         pieces = _day_seconds(line.start, line.end)
         weights = [s for _, s in pieces]
         days = [d for d, _ in pieces]
         for day, h, c in zip(days, _allocate(line.hours, weights), _allocate(line.cost, weights)):
             hours[day] += h
-            cost[day] += c
-            if line.kind == "idle":
+            billed[day] += c
+            if not line.busy:
                 idle[day] += c
+    for use in uses:
+        for day, fee in use.pool.fee_by_day.items():
+            fees[day] += fee
     out = []
     day = start.date()
     while day < end.date():
-        out.append(DayCost(day=day, hours=hours[day], cost=_m(cost[day], currency), idle_cost=_m(idle[day], currency)))
+        if datetime.combine(day, time(), tzinfo=timezone.utc) >= as_of and day not in hours:
+            out.append(DayCost(day=day, future=True, hours=None, billed=None, idle_cost=None, reserved_fee=None,
+                               cost=None))  # fmt: skip
+        else:
+            out.append(DayCost(
+                day=day, future=False, hours=hours[day], billed=_m(billed[day], currency),
+                idle_cost=_m(idle[day], currency), reserved_fee=_m(fees[day], currency),
+                cost=_m(billed[day] + fees[day], currency),
+            ))  # fmt: skip
         day += timedelta(days=1)
     return tuple(out)
 
@@ -236,31 +201,65 @@ def _pct(part: Decimal, whole: Decimal) -> Decimal:
 
 
 def _breakdown(
-    lines: Sequence[_Line], key: Callable[[_Line], str], total: Decimal, currency: str
+    lines: Sequence[Line], key: Callable[[Line], str], unused: Decimal, total: Decimal, currency: str
 ) -> tuple[Breakdown, ...]:
-    sums: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 3)
+    """Rows by ``key``, then the reservations' unused part as a row of its own: they add up to ``total``."""
+    sums: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
     for line in lines:
         acc = sums[key(line)]
         acc[0] += line.hours
         acc[1] += line.cost
-        acc[2] += line.on_demand
+        acc[2] += line.billed_on_demand
+        acc[3] += line.reserved_busy_hours
+        acc[4] += line.fee
     rows = [
-        Breakdown(key=k, hours=h, cost=_m(c, currency), on_demand_equivalent=_m(od, currency), share_pct=_pct(c, total))
-        for k, (h, c, od) in sums.items()
-    ]
-    return tuple(sorted(rows, key=lambda b: (-b.cost.amount, b.key)))
+        Breakdown(
+            key=k, hours=h, billed=_m(c, currency), on_demand_equivalent=_m(od, currency),
+            savings=_m(od - c, currency), reserved_hours=rh, reserved_fee=_m(fee, currency),
+            cost=_m(c + fee, currency), share_pct=_pct(c + fee, total),
+        )
+        for k, (h, c, od, rh, fee) in sums.items()
+    ]  # fmt: skip
+    rows.sort(key=lambda b: (-b.cost.amount, b.key))
+    if unused:
+        zero = _m(Decimal(0), currency)
+        rows.append(Breakdown(
+            key=UNUSED_RESERVATIONS, hours=Decimal(0), billed=zero, on_demand_equivalent=zero, savings=zero,
+            reserved_hours=Decimal(0), reserved_fee=_m(unused, currency), cost=_m(unused, currency),
+            share_pct=_pct(unused, total), unused_reservation=True,
+        ))  # fmt: skip
+    return tuple(rows)
 
 
-def _team_by_capacity(lines: Sequence[_Line], currency: str) -> tuple[TeamCapacityCost, ...]:
+def _team_by_capacity(lines: Sequence[Line], unused: Decimal, currency: str) -> tuple[TeamCapacityCost, ...]:
     sums: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 2)
     for line in lines:
         acc = sums[(line.team, line.capacity)]
         acc[0] += line.hours
-        acc[1] += line.cost
-    return tuple(
+        acc[1] += line.total
+    cells = [
         TeamCapacityCost(team=t, capacity=c, hours=h, cost=_m(cost, currency))
         for (t, c), (h, cost) in sorted(sums.items())
-    )
+    ]
+    if unused:
+        cells.append(TeamCapacityCost(team=UNUSED_RESERVATIONS, capacity=RESERVED, hours=Decimal(0),
+                                      cost=_m(unused, currency)))  # fmt: skip
+    return tuple(cells)
+
+
+def _reservations(uses: Sequence[PoolUse], currency: str) -> tuple[ReservationUse, ...]:
+    out = []
+    for u in uses:
+        p = u.pool
+        out.append(ReservationUse(
+            provider=p.key[0], region=p.key[1], instance_type=p.key[2], count=p.count, note="; ".join(p.notes),
+            configured=p.configured, fee_set=p.configured and not p.fee_missing, prepaid_hours=p.prepaid_hours,
+            busy_hours=u.busy_hours, idle_hours=u.idle_hours,
+            utilisation_pct=_pct(u.busy_hours, p.prepaid_hours) if p.prepaid_hours else None,
+            fee=_m(p.fee, currency), used_fee=_m(u.used_fee, currency), unused_fee=_m(u.unused_fee, currency),
+            on_demand_value=_m(u.on_demand_value, currency),
+        ))  # fmt: skip
+    return tuple(sorted(out, key=lambda r: (r.provider, r.region, r.instance_type)))
 
 
 def _idle_avoided(
@@ -295,43 +294,46 @@ def _idle_avoided(
         at = utc(stop.at)
         later = [b for b in starts[stop.instance_id] if b > at]
         horizon = min([end, max(now, at), *later])
-        hours = min(assumed_hours, _seconds(horizon - at) / _SECONDS_PER_HOUR)
+        hours = min(assumed_hours, seconds(horizon - at) / _SECONDS_PER_HOUR)
         hours_total += hours
-        cost_total += _convert(stop.price_amount, stop.price_currency, currency, fx) * hours
+        cost_total += convert(stop.price_amount, stop.price_currency, currency, fx) * hours
     return len(stops), hours_total, cost_total
 
 
 def _jobs(
-    session: Session, lines: Sequence[_Line], month: str, currency: str, fx: FxRates
+    session: Session, lines: Sequence[Line], month: str, currency: str, fx: FxRates,
+    fx_for: Callable[[str], FxRates],
 ) -> tuple[JobCost, ...]:
-    this_month: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 3)
-    first_seen: dict[str, _Line] = {}
+    this_month: dict[str, list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
+    first_seen: dict[str, Line] = {}
     for line in lines:
         if line.job_id is None:
             continue
         acc = this_month[line.job_id]
         acc[0] += line.hours
         acc[1] += line.cost
-        acc[2] += line.on_demand
+        acc[2] += line.billed_on_demand
+        acc[3] += line.reserved_busy_hours
+        acc[4] += line.fee
         first_seen.setdefault(line.job_id, line)
     if not this_month:
         return ()
     ids = sorted(this_month)
     rows = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
     earlier: dict[str, Decimal] = defaultdict(Decimal)
-    for job_id, amount, cur in session.execute(
-        select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency).where(
+    for job_id, amount, cur, when in session.execute(
+        select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency, CostRecordRow.month).where(
             CostRecordRow.job_id.in_(ids), CostRecordRow.month < month
         )
     ):
-        earlier[job_id] += _convert(amount, cur, currency, fx)
+        earlier[job_id] += convert(amount, cur, currency, fx_for(when))  # each month at its own rates
     out = []
-    for job_id, (hours, cost, od) in this_month.items():
+    for job_id, (hours, cost, od, reserved_hours, fee) in this_month.items():
         row, seen = rows.get(job_id), first_seen[job_id]
         budget = None
         if row is not None and row.budget_amount is not None and row.budget_currency is not None \
                 and row.budget_amount.is_finite():  # not: a row stored before the bounds (scheduler.limits)
-            budget = _m(_convert(row.budget_amount, row.budget_currency, currency, fx), currency)
+            budget = _m(convert(row.budget_amount, row.budget_currency, currency, fx), currency)
         to_date = _m(earlier[job_id] + cost, currency)
         out.append(
             JobCost(
@@ -344,6 +346,8 @@ def _jobs(
                 hours=hours,
                 cost=_m(cost, currency),
                 on_demand_equivalent=_m(od, currency),
+                reserved_hours=reserved_hours,
+                reserved_fee=_m(fee, currency),
                 cost_to_date=to_date,
                 budget=budget,
                 over_budget=budget is not None and to_date > budget,
@@ -375,6 +379,64 @@ def _budgets(jobs: Sequence[JobCost], currency: str) -> tuple[TeamBudget, ...]:
     )
 
 
+def _as_of(start: datetime, end: datetime, now: datetime) -> datetime:
+    return min(max(now, start), end)
+
+
+def _forecast(
+    billed: Decimal, reserved: Sequence[ReservedCapacity], start: datetime, end: datetime, as_of: datetime,
+    currency: str, fx: FxRates,
+) -> Forecast | None:
+    """The month to its end: billed hours at the month-so-far hourly rate; reservation fees as amortized."""
+    if not start < as_of < end:
+        return None
+    elapsed, left = seconds(as_of - start), seconds(end - as_of)
+    billed_to_end = billed + billed * left / elapsed
+    fees = sum((p.fee for p in pools_for(reserved, start, end, currency, fx).values()), Decimal(0))
+    return Forecast(
+        total=_m(billed_to_end + fees, currency), billed=_m(billed_to_end, currency), reserved_fees=_m(fees, currency),
+        hours_elapsed=elapsed / _SECONDS_PER_HOUR, hours_left=left / _SECONDS_PER_HOUR,
+    )  # fmt: skip
+
+
+def _rates(fx: FxRates, currency: str) -> dict[str, Decimal]:
+    return {cur: fx.rate(cur, currency) for cur in CURRENCIES if cur != currency}
+
+
+def _month_totals(
+    month: str, lines: Sequence[Line], uses: Sequence[PoolUse], currency: str, fx: FxRates, complete: bool
+) -> MonthTotals:
+    billed = sum((l.cost for l in lines), Decimal(0))
+    od = sum((l.billed_on_demand for l in lines), Decimal(0))
+    fees = sum((u.pool.fee for u in uses), Decimal(0))
+    return MonthTotals(
+        month=month, fx=_rates(fx, currency), complete=complete, total=_m(billed + fees, currency),
+        billed=_m(billed, currency), reserved_fees=_m(fees, currency),
+        reserved_unused=_m(sum((u.unused_fee for u in uses), Decimal(0)), currency),
+        on_demand_equivalent=_m(od, currency), savings=_m(od - billed, currency),
+    )  # fmt: skip
+
+
+def _trend(
+    session: Session, month: str, months: int, reserved: Sequence[ReservedCapacity], currency: str,
+    fx_for: Callable[[str], FxRates], now: datetime,
+) -> list[MonthTotals]:
+    """The ``months`` months before ``month`` that had any spend, oldest first, each at its own FX rates."""
+    out = []
+    start, _ = month_bounds(month)
+    for _ in range(months):
+        month = previous_month(start)
+        start, end = month_bounds(month)
+        fx = fx_for(month)
+        lines, _opened = month_lines(session, month, start, end, currency, fx)
+        as_of = _as_of(start, end, now)
+        charged, uses = priced_period(lines, reserved, start, as_of, currency, fx)
+        totals = _month_totals(month, charged, uses, currency, fx, complete=as_of == end)
+        if lines or totals.reserved_fees.amount:
+            out.append(totals)
+    return out[::-1]
+
+
 def build_report(
     session: Session,
     month: str,
@@ -384,12 +446,19 @@ def build_report(
     now: datetime,
     idle_assumed_hours: Decimal = Decimal(8),
     open_costs: Sequence[CostLike] | None = None,
+    reserved: Sequence[ReservedCapacity] = (),
+    fx_for: Callable[[str], FxRates] | None = None,
+    fx_dated: bool = False,
+    trend_months: int = 3,
     notes: Sequence[str] = (),
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
     ``open_costs`` are still-running intervals priced up to ``now`` (the
     ledger's ``open_costs``); the part of each inside the month is added.
+    ``reserved``: the reservations, with their terms, whose fees are amortized into the month.
+    ``fx`` converts this month; ``fx_for(month)`` the earlier months of the trend and of jobs' cost
+    to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
     """
     start, end = month_bounds(month)
@@ -398,79 +467,105 @@ def build_report(
     if idle_assumed_hours < 0:
         raise UserError("idle_assumed_hours cannot be negative", fix="give the hours an idle machine would have run")
     now = utc(now)
-    records = session.scalars(
-        select(CostRecordRow).where(CostRecordRow.month == month).order_by(CostRecordRow.start, CostRecordRow.id)
-    ).all()
-    lines = [_line(r, currency, fx) for r in records]
-    open_lines = [c for c in (_clip(_line(o, currency, fx), start, end) for o in open_costs or ()) if c is not None]
-    lines += open_lines
-
-    total = sum((l.cost for l in lines), Decimal(0))
-    # Savings count only hours paid by the hour: prepaid reserved hours were bought before the month.
-    on_demand = sum((l.on_demand for l in lines if l.capacity != "reserved"), Decimal(0))
-    reserved_hours = sum((l.hours for l in lines if l.capacity == "reserved"), Decimal(0))
-    reserved_value = sum((l.on_demand for l in lines if l.capacity == "reserved"), Decimal(0))
+    as_of = _as_of(start, end, now)
+    rates_for = fx_for or (lambda _month: fx)
+    raw, opened = month_lines(session, month, start, end, currency, fx, open_costs or ())
+    lines, uses = priced_period(raw, reserved, start, as_of, currency, fx)
+    this = _month_totals(month, lines, uses, currency, fx, complete=as_of == end)
+    billed, fees, unused = this.billed.amount, this.reserved_fees.amount, this.reserved_unused.amount
+    total = billed + fees
+    on_demand = this.on_demand_equivalent.amount
+    prepaid = sum((u.pool.prepaid_hours for u in uses), Decimal(0))
+    reserved_busy = sum((l.reserved_busy_hours for l in lines), Decimal(0))
     stops, avoided_hours, avoided_cost = _idle_avoided(session, start, end, now, idle_assumed_hours, currency, fx)
-    jobs = _jobs(session, lines, month, currency, fx)
-    rates = {cur: fx.rate(cur, currency) for cur in CURRENCIES if cur != currency}
+    jobs = _jobs(session, lines, month, currency, fx, rates_for)
+    rates = _rates(fx, currency)
 
     own_notes = [
-        "Amounts are converted to {} at configured rates: {}.".format(
-            currency, "; ".join(f"1 {cur} = {rate:.6g} {currency}" for cur, rate in rates.items())
+        "Amounts are converted to {} at {} rates: {}.".format(
+            currency, f"the rates set for {month}" if fx_dated else "the default",
+            "; ".join(f"1 {cur} = {rate:.6g} {currency}" for cur, rate in rates.items()),
         ),
+        "Total = billed by the hour (spot and on-demand) + reservation fees, amortized. Savings compare the "
+        "billed hours with the same hours at on-demand prices; prepaid reserved hours are left out of both, "
+        "and their on-demand value is shown beside the reservations' fees.",
         f"Idle waste avoided is an estimate, not a bill: each machine the idle reaper stopped is assumed to "
         f"have kept billing for {idle_assumed_hours.normalize():f} h, or until it next started billing, "
         f"the month ended, or the report was generated, whichever came first.",
-        "Idle hours are billed hours with no job on the machine; they are charged to the team that launched it.",
-        "Job budgets cover a job's whole life, so they are compared with each job's cost to date "
-        "(all months up to this one).",
+        "Idle hours are hours with no job on the machine: billed idle on spot and on-demand machines, "
+        "prepaid idle on reserved ones; they are charged to the team that launched it.",
+        "Job budgets cover a job's whole life, so they are compared with each job's billed cost to date "
+        "(all months up to this one); hours on a reserved machine cost a job nothing at the margin.",
     ]
-    if now < end:
-        own_notes.append(f"The month is not over: figures run up to {now:%Y-%m-%d %H:%M} UTC.")
-    if any(l.capacity == "reserved" for l in lines):
+    if uses:
         own_notes.append(
-            f"Reserved machines are prepaid: they ran {reserved_hours:.1f} h worth {_m(reserved_value, currency)} "
-            "at on-demand prices, show no cost here, and are left out of the on-demand equivalent and the "
-            "savings (the commitment was paid before the month)."
+            "Reservation fees are amortized: an upfront fee is spread evenly over every hour of its term, a "
+            "monthly fee over the hours of its month. A job's busy hours on a reserved machine carry the fee "
+            "of those hours; prepaid hours without a job are the reservation's unused part, a row of its own."
         )
-    if open_lines:
-        own_notes.append(f"Includes {len(open_lines)} still-running interval(s) priced up to the report time.")
+    for u in uses:
+        label = u.pool.label
+        if not u.pool.configured:
+            own_notes.append(f"Reserved machines ran on {label}, which no reservation in GPUSCHED_RESERVED covers: "
+                             "their hours have no fee and no prepaid hours to measure use against.")
+        elif u.pool.fee_missing:
+            own_notes.append(f"The reservation {label} has no fee in GPUSCHED_RESERVED (upfront_fee / monthly_fee), "
+                             "so it counts as free here and the total leaves its cost out.")
+    if now < end:
+        own_notes.append(f"The month is not over: figures run up to {as_of:%Y-%m-%d %H:%M} UTC.")
+    if opened:
+        own_notes.append(f"Includes {opened} still-running interval(s) priced up to the report time.")
 
     return MonthlyReport(
         month=month,
         currency=currency,
         fx=rates,
+        fx_dated=fx_dated,
         generated_at=now,
         period_start=start,
         period_end=end,
+        as_of=as_of,
         records=len(lines),
         total=_m(total, currency),
+        billed=_m(billed, currency),
+        reserved_fees=_m(fees, currency),
+        reserved_unused=_m(unused, currency),
         on_demand_equivalent=_m(on_demand, currency),
-        savings=_m(on_demand - total, currency),
-        savings_pct=_pct(on_demand - total, on_demand),
-        busy_hours=sum((l.hours for l in lines if l.kind != "idle"), Decimal(0)),
-        idle_hours=sum((l.hours for l in lines if l.kind == "idle"), Decimal(0)),
-        idle_cost=_m(sum((l.cost for l in lines if l.kind == "idle"), Decimal(0)), currency),
+        savings=_m(on_demand - billed, currency),
+        savings_pct=_pct(on_demand - billed, on_demand),
+        busy_hours=sum((l.hours for l in lines if l.busy), Decimal(0)),
+        idle_hours=sum((l.hours for l in lines if not l.busy), Decimal(0)),
+        billed_hours=sum((l.hours for l in lines if not l.reserved), Decimal(0)),
+        billed_idle_hours=sum((l.hours for l in lines if not l.busy and not l.reserved), Decimal(0)),
+        prepaid_idle_hours=sum((l.hours for l in lines if not l.busy and l.reserved), Decimal(0)),
+        idle_cost=_m(sum((l.cost for l in lines if not l.busy), Decimal(0)), currency),
+        reserved_prepaid_hours=prepaid,
+        reserved_busy_hours=reserved_busy,
+        reserved_utilisation_pct=_pct(reserved_busy, prepaid) if prepaid else None,
+        reserved_on_demand_value=_m(sum((u.on_demand_value for u in uses), Decimal(0)), currency),
+        reservations=_reservations(uses, currency),
         idle_stops=stops,
         idle_assumed_hours=idle_assumed_hours,
         idle_hours_avoided=avoided_hours,
         idle_cost_avoided=_m(avoided_cost, currency),
-        by_team=_breakdown(lines, lambda l: l.team, total, currency),
-        by_project=_breakdown(lines, lambda l: l.project or NO_PROJECT, total, currency),
-        by_cloud=_breakdown(lines, lambda l: l.provider, total, currency),
-        by_gpu=_breakdown(lines, lambda l: l.gpu, total, currency),
-        by_capacity=_breakdown(lines, lambda l: l.capacity, total, currency),
-        team_by_capacity=_team_by_capacity(lines, currency),
-        by_day=_by_day(lines, start, end, currency),
+        by_team=_breakdown(lines, lambda l: l.team, unused, total, currency),
+        by_project=_breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency),
+        by_cloud=_breakdown(lines, lambda l: l.provider, unused, total, currency),
+        by_gpu=_breakdown(lines, lambda l: l.gpu, unused, total, currency),
+        by_capacity=_breakdown(lines, lambda l: l.capacity, unused, total, currency),
+        team_by_capacity=_team_by_capacity(lines, unused, currency),
+        by_day=_by_day(lines, uses, start, end, as_of, currency),
+        forecast=_forecast(billed, reserved, start, end, as_of, currency, fx),
+        trend=(*_trend(session, month, trend_months, reserved, currency, rates_for, now), this),
         jobs=jobs,
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
     )
 
 
-def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None = None,
-                         now: datetime | None = None, store: Store | None = None) -> dict[str, Path]:
-    """Account open usage up to ``now`` and write the month's report files."""
+def monthly_report(settings: Settings, month: str, *, now: datetime | None = None,
+                   store: Store | None = None) -> MonthlyReport:
+    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates."""
     now = now or SystemClock().now()
     own = store is None
     store = store or Store(settings.db_url)
@@ -479,11 +574,18 @@ def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None
     try:
         with store.session() as s:
             ledger.account(s, now)
-            report = build_report(
-                s, month, currency=settings.report_currency, fx=settings.fx, now=now,
-                open_costs=ledger.open_costs(s, now),
+            return build_report(
+                s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
+                open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
+                fx_dated=month in settings.fx_usd_cny_by_month,
             )
-        return write_report(report, out_dir or settings.reports_path)
     finally:
         if own:
             store.dispose()
+
+
+def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None = None,
+                         now: datetime | None = None, store: Store | None = None) -> dict[str, Path]:
+    """Account open usage up to ``now`` and write the month's report files."""
+    report = monthly_report(settings, month, now=now, store=store)
+    return write_report(report, out_dir or settings.reports_path)

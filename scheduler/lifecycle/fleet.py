@@ -48,8 +48,8 @@ def reserved_slots(reserved: Iterable[ReservedCapacity], offers: Iterable[Offer]
     offers = list(offers)
     slots: list[FleetSlot] = []
     for res in reserved:
-        if utc(res.until) <= now:
-            continue
+        if utc(res.until) <= now or (res.start is not None and utc(res.start) > now):
+            continue  # not in force: its term is over, or has not begun
         offer = reserved_offer(res, offers)
         if offer is None:
             if strict:

@@ -24,7 +24,7 @@ from rich.text import Text
 from sqlalchemy import func, select
 
 from providers.registry import build_live, build_sandbox
-from scheduler.accounting.reports import write_monthly_report
+from scheduler.accounting.reports import MonthlyReport, monthly_report, write_report
 from scheduler.clock import SimClock
 from scheduler.errors import UserError
 from scheduler.jobs.jobfile import load_job_file
@@ -82,6 +82,7 @@ class DemoResult:
     wall_seconds: float
     ticks: int
     rows: list[dict] = field(default_factory=list)
+    report: MonthlyReport | None = None  # the month's report, whose headline the summary repeats
 
 
 def examples_dir() -> Path:
@@ -108,7 +109,9 @@ def demo_settings(out_dir: Path, seed: int) -> Settings:
         reserved=[
             ReservedCapacity(provider="alibaba", region="cn-hangzhou", instance_type="ecs.gn7i-c8g1.2xlarge",
                              count=1, until=datetime(2027, 3, 31, tzinfo=timezone.utc),
-                             note="prepaid for always-on inference, paid until March"),
+                             start=datetime(2026, 3, 31, tzinfo=timezone.utc),
+                             upfront_fee=Money(amount=Decimal(36000), currency="CNY"),
+                             note="a year prepaid for always-on inference, until March"),
         ],
     )
 
@@ -157,8 +160,10 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
             break
         clock.advance(_next_step(store, pending, now))
     sim_span = clock.now() - START
-    paths = write_monthly_report(settings, "2026-11", now=clock.now(), store=store)
+    report = monthly_report(settings, "2026-11", now=clock.now(), store=store)
+    paths = write_report(report, settings.reports_path)
     result = _summarise(store, settings, out_dir, paths, sim_span, time.perf_counter() - wall0, ticks)
+    result.report = report
     _print_summary(console, result)
     if via_emulators:
         console.print("Alibaba and Tencent ran through their real SDKs over HTTP to the local emulators.")
@@ -325,6 +330,16 @@ def _summarise(store: Store, settings: Settings, out_dir: Path, paths: dict, sim
         )
 
 
+def _reservation_line(report: MonthlyReport | None) -> str:
+    """The report's headline with the reservation's fee, amortized over the month so far."""
+    if report is None or not report.reservations:
+        return ""
+    used = "-" if report.reserved_utilisation_pct is None else f"{report.reserved_utilisation_pct:.1f}%"
+    return (f"in the report: reservation fees {report.reserved_fees} amortized ({report.reserved_unused} of it "
+            f"unused, {report.reserved_busy_hours:.1f} busy h of {report.reserved_prepaid_hours:.1f} prepaid, {used}); "
+            f"total {report.total}\n")
+
+
 def _print_summary(console: Console, r: DemoResult) -> None:
     table = Table(title="What ran where")
     for col in ("job", "team", "kind", "state", "where (attempts)", "preempted", "cost"):
@@ -340,8 +355,9 @@ def _print_summary(console: Console, r: DemoResult) -> None:
         f"({r.ticks} ticks, {r.wall_seconds:.1f} s wall)\n"
         f"spend {r.spend}; the same hours on-demand {r.on_demand_equivalent}; "
         f"saved {saved} ({pct:.0f}%)\n"
-        f"prepaid reserved capacity used {r.reserved_hours:.1f} h (worth {r.reserved_value} on-demand, "
+        f"prepaid reserved machines ran {r.reserved_hours:.1f} h (worth {r.reserved_value} on-demand, "
         f"already paid, not counted as savings above)\n"
+        f"{_reservation_line(r.report)}"
         f"spot preemptions {r.preemptions}, resumed from epoch(s) {r.resumed_from_epochs or '-'}; "
         f"idle machines stopped {r.idle_stops}"
     )

@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from scheduler.accounting.reports import (
@@ -31,7 +29,7 @@ from scheduler.accounting.reports import (
 )
 from scheduler.errors import UserError
 from scheduler.money import FxRates, Money
-from scheduler.store.tables import Base, CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
+from scheduler.store.tables import CostRecordRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
 
 UTC = timezone.utc
 FX = FxRates(base="CNY", rates={"USD": Decimal("7.2")})
@@ -134,20 +132,6 @@ class Ledger:
         self.session.flush()
 
 
-@pytest.fixture
-def session(tmp_path: Path) -> Iterator[Session]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'report.db'}")
-    Base.metadata.create_all(engine)
-    with Session(engine) as s:
-        yield s
-    engine.dispose()
-
-
-@pytest.fixture
-def ledger(session: Session) -> Ledger:
-    return Ledger(session)
-
-
 def expected_in_cny(costs: list[Cost], attr: str) -> Decimal:
     rate = {"CNY": Decimal(1), "USD": Decimal("7.2")}
     return sum((getattr(c, attr) * rate[c.currency] for c in costs), Decimal(0))
@@ -226,19 +210,25 @@ def test_report_in_usd_converts_cny_rows(session: Session, ledger: Ledger) -> No
     r = report_for(session, currency="USD", fx=fx)
     converted = [fx.convert(Money(amount=c.amount, currency=c.currency), "USD") for c in ledger.written]
     want = sum((m.amount for m in converted), Decimal(0))
-    # 1/7.1234 does not terminate, so the sum is exact only to Decimal's 28 digits.
-    assert r.total.currency == "USD" and abs(r.total.amount - want) < Decimal("1e-20")
+    # 1/7.1234 does not terminate: each converted line is rounded to the report's 12 places, once.
+    assert r.total.currency == "USD" and abs(r.total.amount - want) <= Decimal("0.5e-12") * len(converted)
     assert r.fx == {"CNY": fx.rate("CNY", "USD")}
     assert "1 CNY = 0.140382 USD" in r.notes[0]
 
 
-def test_savings_count_spot_and_reserved_hours_against_on_demand(session: Session, ledger: Ledger) -> None:
+def test_savings_count_billed_hours_and_reserved_hours_are_shown_apart(session: Session, ledger: Ledger) -> None:
     mixed_month(ledger)
     r = report_for(session)
-    assert r.savings == r.on_demand_equivalent - r.total
+    assert r.savings == r.on_demand_equivalent - r.billed
+    assert r.billed == r.total  # no reservation fee configured: the reservation counts as free, and a note says so
     assert r.savings_pct == r.savings.amount / r.on_demand_equivalent.amount * 100
     reserved = next(b for b in r.by_capacity if b.key == "reserved")
-    assert reserved.cost.amount == 0 and reserved.on_demand_equivalent.amount == Decimal("208.32")
+    # Prepaid hours are in neither side of the savings; their on-demand value is shown apart.
+    assert reserved.cost.amount == 0 and reserved.on_demand_equivalent.amount == 0 and reserved.savings.amount == 0
+    assert r.reserved_on_demand_value.amount == Decimal("208.32")
+    [res] = r.reservations
+    assert res.configured is False and res.busy_hours == 24 and res.utilisation_pct is None
+    assert any("no reservation in GPUSCHED_RESERVED covers" in n for n in r.notes)
     on_demand = next(b for b in r.by_capacity if b.key == "on-demand")
     assert on_demand.cost == on_demand.on_demand_equivalent
 
@@ -488,7 +478,7 @@ def test_markdown_has_the_tables(mixed_report: MonthlyReport) -> None:
     md = render_markdown(mixed_report)
     for heading in ("## Summary", "## By team", "## By cloud", "## By capacity type", "## Budget vs actual", "## Jobs"):
         assert heading in md
-    assert "| Team | hours | cost | on-demand equivalent | share |" in md
+    assert "| Team | hours | billed | on-demand equivalent | saved | reserved fee | cost | share |" in md
     assert re.search(r"^\| ocr \| 30\.1 \| ", md, re.MULTILINE)
     assert str(mixed_report.total) in md
 

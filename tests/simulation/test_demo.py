@@ -14,6 +14,7 @@ from scheduler.settings import Settings
 from scheduler.simulation.demo import run_demo
 from scheduler.store.database import Store
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from tests.accounting.report_checks import assert_agrees
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,22 @@ def test_same_seed_same_run(tmp_path, demo):
     result, _ = demo
     again = run_demo(tmp_path / "again", seed=7, console=Console(file=io.StringIO()))
     assert (again.spend, again.preemptions, again.idle_stops) == (result.spend, result.preemptions, result.idle_stops)
+
+
+def test_the_demo_report_agrees_with_itself(demo):
+    """Issue 18: the team rows added to 651 CNY of on-demand equivalent against a headline of 60."""
+    result, text = demo
+    report = result.report
+    assert report is not None and report.month == "2026-11"
+    assert_agrees(report)
+    team_on_demand = sum((b.on_demand_equivalent.amount for b in report.by_team), Decimal(0))
+    assert team_on_demand == report.on_demand_equivalent.amount
+    assert report.on_demand_equivalent == result.on_demand_equivalent  # the demo's summary and the report agree
+    assert report.billed == result.spend
+    # The prepaid machine is a reservation with a fee: its unused part is a row, its use a percentage.
+    [res] = report.reservations
+    assert res.fee_set and res.fee.amount > 0 and res.prepaid_hours > res.busy_hours > 0
+    assert report.total.amount == report.billed.amount + res.fee.amount
+    assert any(b.unused_reservation for b in report.by_team)
+    assert f"total {report.total}" in text
+    assert report.forecast is not None and any(d.future for d in report.by_day)
