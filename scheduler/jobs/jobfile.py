@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 
+# The daemon's limit on a submitted body too (``scheduler.app.api``): a file that validates here is one it takes.
+MAX_JOB_FILE_BYTES = 1 << 20
+
 # --- entry points -------------------------------------------------------------
 
 
@@ -51,7 +54,12 @@ def load_job_file(path: str | Path) -> JobSpec:
     """Read and validate one job file; raise ``JobFileError`` listing every problem."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:
+            raw = f.read(MAX_JOB_FILE_BYTES + 1)  # never more: the path may be /dev/urandom or a huge file
+        if len(raw) > MAX_JOB_FILE_BYTES:
+            raise _fail(source, f"is over {MAX_JOB_FILE_BYTES // 2**20} MiB; a job file is a few hundred bytes "
+                                "(is it the right file?)")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise _fail(source, "no such file", "gpusched submit examples/helmet-s-train.yaml") from None
     except IsADirectoryError:
