@@ -571,7 +571,7 @@ def db_upgrade() -> None:
 
     store = open_store(_settings())
     store.dispose()
-    out.print(f"store at {shown(repr(store))} is up to date", highlight=False)
+    out.print(f"store at {shown(store.url.render_as_string(hide_password=True))} is up to date", highlight=False)
 
 
 def main() -> None:
