@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
+from scheduler.app.openapi import install_openapi
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -406,6 +407,7 @@ def create_app(
 
     app = FastAPI(title="gpusched", version="1", docs_url=None, redoc_url=None)
     _install_error_handlers(app)
+    install_openapi(app)  # /openapi.json: the job file's body and every error answer (app/openapi.py)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)])
 
     @v1.post("/jobs", status_code=201, response_model=JobView)
