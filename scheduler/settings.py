@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     report_dir: Path | None = None  # empty: <data_dir>/reports
 
     # --- the sandbox cloud
-    sandbox_seed: int = Field(default=7, ge=0, le=2**63 - 1)
+    sandbox_seed: int = 7
     # >1 runs the sandbox daemon faster than real time
     sandbox_speedup: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP, allow_inf_nan=False)
 
@@ -175,7 +175,7 @@ def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None =
         return config_cls.model_validate(values)
     except ValidationError as exc:
         lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
-        raise SettingsError(f"invalid {cloud} settings:\n  " + "\n  ".join(lines),
+        raise SettingsError(f"invalid {cloud} settings: " + "; ".join(lines),
                             fix=f"set the {prefix}* variables (see .env.example)") from None
     except PydanticSettingsError as exc:
         raise SettingsError(f"invalid {cloud} settings: {exc}", fix="lists and maps are JSON") from None

@@ -264,7 +264,13 @@ def _iso_time(text: str, option: str) -> datetime:
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not an ISO 8601 time; e.g. 2026-11-02T09:00:00+08:00",
                                  param_hint=f"'{option}'") from None
+    if not PLAN_YEARS[0] <= when.year <= PLAN_YEARS[1]:  # deadlines and finish times past it overflow
+        raise typer.BadParameter(f"{text!r} is outside the years {PLAN_YEARS[0]}-{PLAN_YEARS[1]}",
+                                 param_hint=f"'{option}'")
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+PLAN_YEARS = (1970, 2199)
 
 
 # --- the daemon's API ------------------------------------------------------------------
@@ -470,6 +476,10 @@ def simulate(
 
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+    if output is not None:  # before the month is simulated, not after
+        if output.is_dir():
+            raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
+        _writable_folder(output.parent, "the folder of --output")
     configure_logging("console", "warning")
     entries = load_trace(trace)
     subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
@@ -482,7 +492,6 @@ def simulate(
     summary = run_simulation(subs, policy=policy, seed=seed, lower_bound=bound, settings=settings)
     text = summary.to_json()
     if output:
-        _writable_folder(output.parent, "the folder of --output")
         try:
             output.write_text(text + "\n")
         except OSError as exc:

@@ -111,6 +111,10 @@ def test_plan_at_a_time_without_an_offset_is_utc() -> None:
     (["plan"], ["Missing argument", "gpusched plan --help"]),
     (["plan", str(JOB), "--show", "many"], ["--show"]),
     (["report"], ["--month"]),
+    (["plan", str(JOB), "--at", "9999-12-31T23:00:00+00:00"], ["--at", "1970-2199"]),
+    (["report", "--month", "9999-12"], ["9999-12"]),
+    (["trace", "generate", "--out", "t.jsonl", "--teams", "0"], ["team"]),
+    (["simulate", "--trace", "t.jsonl", "--policy", "cheapest"], ["policy"]),
 ])
 def test_command_line_mistakes_are_one_line_and_status_2(args: list[str], words: list[str]) -> None:
     r = run(*args)
@@ -130,6 +134,20 @@ def test_report_out_where_no_folder_can_be_made(tmp_path: Path) -> None:
     r = run("report", "--month", "2026-11", "--out", str(tmp_path / "afile" / "reports"))
     assert r.exit_code == BAD_INPUT
     one_line_error(r, "cannot create --out")
+
+
+def test_simulate_output_at_a_folder(tmp_path: Path) -> None:
+    assert run("trace", "generate", "--out", str(tmp_path / "t.jsonl"), "--jobs", "3").exit_code == OK
+    r = run("simulate", "--trace", str(tmp_path / "t.jsonl"), "--no-lower-bound", "--seed", "-1",
+            "--output", str(tmp_path))
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "--output")
+
+
+def test_live_clouds_without_credentials_are_one_line(tmp_path: Path) -> None:
+    r = run("offers", env={"GPUSCHED_BACKEND": "live"})
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "ACCESS_KEY")
 
 
 def test_demo_out_at_a_file(tmp_path: Path) -> None:
