@@ -301,3 +301,16 @@ def test_daemon_with_a_setting_out_of_range(tmp_path: Path, env: dict[str, str],
     r = daemon(tmp_path, **env)
     assert r.exit_code == BAD_INPUT
     one_line_error(r, name)
+
+
+def test_a_trace_is_read_only_up_to_its_cap_even_gzipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import gzip
+
+    from scheduler.simulation import trace_file
+
+    monkeypatch.setattr(trace_file, "MAX_TRACE_BYTES", 1024)
+    bomb = tmp_path / "t.jsonl.gz"
+    bomb.write_bytes(gzip.compress(b"\n" * 100_000))  # 100 kB of nothing in a few hundred bytes
+    r = run("simulate", "--trace", str(bomb), "--no-lower-bound")
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "MiB of JSON lines (uncompressed)", "split the trace")
