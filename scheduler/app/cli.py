@@ -179,7 +179,7 @@ def validate(files: list[Path] = typer.Argument(..., help="job.yaml files to che
             _print_job_error(exc)
             continue
         out.print(f"[green]ok[/green] {shown(f)}: {spec.kind.value} {spec.model} for team {spec.team}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)  # one line per file, whatever the terminal's width
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
 
