@@ -60,6 +60,10 @@ class DaemonUnreachable(UserError):
     """The CLI could not reach the daemon's HTTP API."""
 
 
+class StoreUnavailable(UserError):
+    """The store (SQLite file or PostgreSQL) cannot be reached, or is not a sound gpusched database."""
+
+
 class NotFoundError(UserError):
     """A job or instance id the user named does not exist."""
 

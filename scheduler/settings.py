@@ -26,6 +26,11 @@ from scheduler.models import ReservedCapacity
 from scheduler.money import FxRates, Money
 
 _MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
+DAY_S = 86_400
+WEEK_MIN = 7 * 24 * 60
+YEAR_H = 366 * 24
+MAX_SPEEDUP = 100_000  # a sandbox year in about five minutes
+MAX_TEAM_BUDGET = Decimal(10) ** 9
 
 
 class Settings(BaseSettings):
@@ -54,16 +59,18 @@ class Settings(BaseSettings):
     agent_wheel_sha256: str = ""
 
     # --- the lifecycle
-    tick_seconds: float = Field(default=10.0, gt=0)
-    idle_stop_minutes: int = Field(default=10, ge=0)
+    # Every number has a ceiling well past any sane use: an overflowing timedelta or Decimal deep in a
+    # tick is a traceback, a refused setting at start is one line naming it.
+    tick_seconds: float = Field(default=10.0, gt=0, le=DAY_S, allow_inf_nan=False)
+    idle_stop_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
     # "learned": a machine whose job did not set policy.idle_stop_minutes stays warm only where
     # machines of its kind were wanted again soon often enough to pay (scheduler/lifecycle/idle_window.py);
     # "fixed": always idle_stop_minutes.
     idle_warm: Literal["learned", "fixed"] = "learned"
-    launch_grace_seconds: int = Field(default=120, ge=0)
+    launch_grace_seconds: int = Field(default=120, ge=0, le=DAY_S)
     # A running machine whose agent has been silent this long (or, after boot, never said hello) is
     # taken as lost: its job is requeued like a preemption and the machine terminated. 0: never.
-    agent_silence_minutes: int = Field(default=10, ge=0)
+    agent_silence_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
     # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*
@@ -73,14 +80,15 @@ class Settings(BaseSettings):
     # set it for a live backend pointed at emulators, whose instances run nothing.
     sim_agents: bool = False
     providers: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = ["aws", "alibaba", "tencent"]
-    stopped_retention_hours: float = Field(default=24.0, ge=0)  # then a stopped machine is terminated
+    # then a stopped machine is terminated
+    stopped_retention_hours: float = Field(default=24.0, ge=0, le=YEAR_H, allow_inf_nan=False)
     reserved: list[ReservedCapacity] = []
 
     # --- money and reports
     # Monthly budget per team, JSON: {"vision-qa": "5000 CNY"}. A job that would break it waits.
     team_budgets: dict[str, Money] = {}
     report_currency: Literal["CNY", "USD"] = "CNY"
-    fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0)
+    fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0, le=1000, allow_inf_nan=False)
     # Dated rates, JSON {"2026-10": "7.12", "2026-11": "7.18"}: a month's report (and each month of its
     # trend) converts at its own month's rate; a month not listed uses fx_usd_cny.
     fx_usd_cny_by_month: dict[str, Decimal] = {}
@@ -89,7 +97,8 @@ class Settings(BaseSettings):
 
     # --- the sandbox cloud
     sandbox_seed: int = 7
-    sandbox_speedup: float = Field(default=1.0, gt=0)  # >1 runs the sandbox daemon faster than real time
+    # >1 runs the sandbox daemon faster than real time
+    sandbox_speedup: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP, allow_inf_nan=False)
 
     # --- logging
     log_format: Literal["json", "console"] = "console"
@@ -124,8 +133,16 @@ class Settings(BaseSettings):
         for month, rate in v.items():
             if not _MONTH_RE.match(month):
                 raise ValueError(f"key {month!r} is not a month like 2026-11")
-            if rate <= 0:
-                raise ValueError(f"the rate for {month} must be above 0, not {rate}")
+            if not (rate.is_finite() and 0 < rate <= 1000):
+                raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
+        return v
+
+    @field_validator("team_budgets")
+    @classmethod
+    def _budgets_in_range(cls, v: dict[str, Money]) -> dict[str, Money]:
+        for team, money in v.items():
+            if not (money.amount.is_finite() and 0 < money.amount <= MAX_TEAM_BUDGET):
+                raise ValueError(f"team {team!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
         return v
 
     @field_validator("reserved", mode="before")
@@ -164,11 +181,13 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"])
+            field = ".".join(str(p) for p in err["loc"][:1])  # the variable; deeper parts name JSON keys
             lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}")
-        raise SettingsError("invalid settings:\n  " + "\n  ".join(lines), fix="see .env.example") from None
+        raise SettingsError("invalid settings: " + "; ".join(lines), fix="see .env.example") from None
     except PydanticSettingsError as exc:  # a value that is not valid JSON where JSON is expected
-        raise SettingsError(f"invalid settings: {exc}", fix="see .env.example") from None
+        raise SettingsError(f"invalid settings: {exc}", fix="lists and maps are JSON; see .env.example") from None
+    except ValueError as exc:  # a malformed JSON value read before validation (e.g. GPUSCHED_TEAM_BUDGETS)
+        raise SettingsError(f"invalid settings: {exc}", fix="lists and maps are JSON; see .env.example") from None
 
 
 C = TypeVar("C", bound=BaseModel)
@@ -190,7 +209,7 @@ def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None =
         return config_cls.model_validate(values)
     except ValidationError as exc:
         lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
-        raise SettingsError(f"invalid {cloud} settings:\n  " + "\n  ".join(lines),
+        raise SettingsError(f"invalid {cloud} settings: " + "; ".join(lines),
                             fix=f"set the {prefix}* variables (see .env.example)") from None
     except PydanticSettingsError as exc:
         raise SettingsError(f"invalid {cloud} settings: {exc}", fix="lists and maps are JSON") from None

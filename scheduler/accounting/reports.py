@@ -117,6 +117,8 @@ def month_bounds(month: str) -> tuple[datetime, datetime]:
     if m is None:
         raise UserError(f"month must look like 2026-11, not {month!r}", fix="give the year and month as YYYY-MM")
     year, mon = int(m.group(1)), int(m.group(2))
+    if (year, mon) == (9999, 12):  # its end, 10000-01-01, is past what a datetime holds
+        raise UserError(f"month {month!r} is past the last one gpusched can report", fix="give a month before 9999-12")
     start = datetime(year, mon, 1, tzinfo=timezone.utc)
     end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=timezone.utc)
     return start, end

@@ -35,6 +35,7 @@ from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
 from scheduler.agent.package import AgentPackage
 from scheduler.app.guard import AuthFirst, bearer
+from scheduler.app.openapi import install_openapi
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -525,6 +526,7 @@ def create_app(
     # The token before the body: FastAPI would read and parse a body before the routes' dependencies.
     app.add_middleware(AuthFirst, areas=[("/v1/agent/", is_machine_token), ("/v1/", is_api_token)],
                        refuse=_unauthorized, oversized=_announced_too_large)
+    install_openapi(app)  # /openapi.json: the job file's body and every error answer (app/openapi.py)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)], max_body_size=OTHER_BODY_BYTES)
 
     @v1.post("/jobs", status_code=201, response_model=JobView, max_body_size=MAX_BODY_BYTES)

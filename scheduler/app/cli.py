@@ -3,26 +3,132 @@
 Commands that need the daemon (submit, status, cancel) talk to its HTTP API and
 say plainly when it cannot be reached. Commands that only read files or the
 store (validate, schema, plan, report, demo) work without it.
-Every user error exits with status 2 and a message with a fix, never a traceback.
+
+Every failure is one line on stderr, ``error: <what is wrong>; fix: <what to do>``
+(a job file adds one line per field at fault), and an exit status (README, "Exit statuses"):
+
+0  done
+1  it failed for a reason outside what you typed: a cloud error, a failed check, a bug
+   (``gpusched --traceback ...`` shows a bug's traceback, for a report)
+2  what you gave is wrong: the command line, a file, a setting, or a job the planner refuses
+3  something the command needs cannot be reached or used: the daemon's API or the store
+
+Text that came from files, the store or machines is printed escaped: a ``[/x]`` in a
+file name is shown, never read as Rich markup.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
+from typer.core import TyperGroup
 
-from scheduler.errors import GpuschedError, JobFileError, ProviderError, UserError
+try:  # typer vendors click from 0.2x on; before, it used click itself
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
+
+from scheduler.errors import (
+    DaemonUnreachable,
+    GpuschedError,
+    JobFileError,
+    ProviderError,
+    StoreUnavailable,
+    UserError,
+)
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+out = Console()
+err = Console(stderr=True)
+_show_traceback = False
+
+
+def shown(value: object) -> str:
+    """``value`` as Rich prints it literally: markup escaped, characters the terminal cannot encode as escapes."""
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape(text)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def _say(label: str, message: str, fix: str | None = None) -> None:
+    line = _one_line(message) + (f"; fix: {_one_line(fix)}" if fix else "")
+    err.print(f"[red]{label}[/red]: {shown(line)}", soft_wrap=True, highlight=False)
+
+
+def _print_job_error(exc: JobFileError) -> None:
+    err.print(f"[red]error[/red] in {shown(exc.path)}:", soft_wrap=True, highlight=False)
+    for p in exc.problems:
+        line = f"  [bold]{shown(p.field)}[/bold]: {shown(_one_line(p.message))}"
+        if p.example:
+            line += f" (e.g. {shown(_one_line(p.example))})"
+        err.print(line, soft_wrap=True, highlight=False)
+
+
+def _fail(exc: BaseException, ctx: Any) -> NoReturn:
+    """Print ``exc`` as one line and exit with its documented status."""
+    if isinstance(exc, UsageError):
+        where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+        _say("error", exc.format_message().rstrip("."), f"see `{where} --help`")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if isinstance(exc, typer.TyperException):  # the command line's other errors (click's FileError ...)
+        _say("error", exc.format_message())
+        raise typer.Exit(exc.exit_code)
+    if isinstance(exc, JobFileError):
+        _print_job_error(exc)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if isinstance(exc, (DaemonUnreachable, StoreUnavailable)):
+        _say("error", exc.message, exc.fix)
+        raise typer.Exit(EXIT_UNREACHABLE)
+    if isinstance(exc, UserError):
+        _say("error", exc.message, exc.fix)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if isinstance(exc, ProviderError):
+        _say("cloud error", f"({exc.provider or 'provider'} {exc.code}) {exc.message}".replace("  ", " "), exc.fix)
+        raise typer.Exit(EXIT_FAILED)
+    if isinstance(exc, GpuschedError):
+        _say("error", exc.message, exc.fix)
+        raise typer.Exit(EXIT_FAILED)
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f" {exc.filename}" if exc.filename is not None else ""
+        _say("error", f"{exc.strerror}:{name}", "check the path and its permissions")
+        raise typer.Exit(EXIT_FAILED)
+    _say("internal error", f"{type(exc).__name__}: {exc}",
+         "this is a bug in gpusched; run the command again with `gpusched --traceback ...` and report it")
+    raise typer.Exit(EXIT_FAILED)
+
+
+class _Cli(TyperGroup):
+    """The root command: every error of every sub-command becomes one line and an exit status (``_fail``)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, NoArgsIsHelpError):
+            raise
+        except typer.TyperException as exc:
+            _fail(exc, ctx)
+        except Exception as exc:  # noqa: BLE001 - the one place where every error becomes a line
+            if _show_traceback:
+                raise
+            _fail(exc, ctx)
+
 
 app = typer.Typer(
+    cls=_Cli,
     name="gpusched",
     help="Schedule YOLOv9 jobs on rented cloud GPUs as cheaply as their deadlines allow.",
     no_args_is_help=True,
@@ -32,8 +138,14 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console()
-err = Console(stderr=True)
+
+@app.callback()
+def _root(
+    traceback: bool = typer.Option(False, "--traceback", help="on an unexpected error, show its traceback "
+                                   "(for a bug report) instead of one line"),
+) -> None:
+    global _show_traceback
+    _show_traceback = traceback
 
 
 def _settings():
@@ -66,9 +178,10 @@ def validate(files: list[Path] = typer.Argument(..., help="job.yaml files to che
             bad += 1
             _print_job_error(exc)
             continue
-        out.print(f"[green]ok[/green] {f}: {spec.kind.value} {spec.model} for team {spec.team}")
+        out.print(f"[green]ok[/green] {shown(f)}: {spec.kind.value} {spec.model} for team {spec.team}",
+                  highlight=False, soft_wrap=True)  # one line per file, whatever the terminal's width
     if bad:
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
 
 
 @app.command()
@@ -82,7 +195,8 @@ def schema() -> None:
 @app.command("plan")
 def plan_cmd(
     file: Path = typer.Argument(..., help="the job.yaml to plan"),
-    at: Optional[str] = typer.Option(None, help="plan as of this ISO time (default: now)"),
+    at: Optional[str] = typer.Option(None, help="plan as of this ISO 8601 time, e.g. 2026-11-02T09:00:00+08:00 "
+                                     "(no offset: UTC; default: now)"),
     show: int = typer.Option(12, help="how many alternatives to show"),
 ) -> None:
     """Show where and how a job would run, what it would cost, and the alternatives."""
@@ -95,7 +209,7 @@ def plan_cmd(
 
     settings = _settings()
     spec = load_job_file(file)
-    now = datetime.fromisoformat(at) if at else SystemClock().now()
+    now = _iso_time(at, "--at") if at else SystemClock().now()
     providers = build_providers(settings, SystemClock())
     offers = [o for p in providers.values() for o in p.offers()]
     fleet = reserved_slots(settings.reserved, offers, now, strict=True)
@@ -108,39 +222,55 @@ def plan_cmd(
         title += f", deadline {job.deadline_at:%Y-%m-%d %H:%M %Z}"
     if spec.policy.budget:
         title += f", budget {spec.policy.budget}"
-    table = Table(title=title, show_lines=False)
+    table = Table(title=shown(title), show_lines=False)
     for col in ("", "GPU", "cloud / region / instance type", "capacity", "est. hours", "est. cost",
                 "finish by (UTC)", "why"):
         table.add_column(col, overflow="fold")
     chosen = decision.choice
     # One row per (cloud, GPU, instance type, capacity): its best zone. Zones of one type clutter the table.
-    shown, seen = [], set()
+    rows, seen = [], set()
     for opt in ([chosen] if chosen else []) + options:
         key = (opt.provider, opt.gpu, opt.instance_type, opt.capacity, opt.source)
         if key not in seen:
             seen.add(key)
-            shown.append(opt)
-    for opt in shown[:show]:
+            rows.append(opt)
+    for opt in rows[:show]:
         mark = "→" if chosen is not None and opt == chosen else ""
         style = "bold green" if mark else ("" if opt.feasible else "dim")
         table.add_row(
             mark,
             f"{opt.gpu_count}x {opt.gpu}",
-            f"{opt.provider} / {opt.zone} / {opt.instance_type}",
+            shown(f"{opt.provider} / {opt.zone} / {opt.instance_type}"),
             opt.capacity.value + (" (warm)" if opt.source == "warm" else ""),
             f"{opt.est_hours:.1f}",
-            str(opt.est_cost),
+            shown(opt.est_cost),
             f"{opt.finish_by:%m-%d %H:%M}",
-            opt.why,
+            shown(opt.why),
             style=style,
         )
     out.print(table)
-    if len(shown) > show:
-        out.print(f"[dim]{len(shown) - show} more (cloud, GPU, type, capacity) choices: --show {len(shown)}[/dim]")
+    if len(rows) > show:
+        out.print(f"[dim]{len(rows) - show} more (cloud, GPU, type, capacity) choices: --show {len(rows)}[/dim]")
     verdict = {"launch": "would launch", "reuse": "would reuse", "wait": "would wait", "refuse": "refused"}
-    out.print(f"[bold]{verdict[decision.action]}[/bold]: {decision.reason}")
+    out.print(f"[bold]{verdict[decision.action]}[/bold]: {shown(decision.reason)}")
     if decision.action == "refuse":
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _iso_time(text: str, option: str) -> datetime:
+    """An ISO 8601 time from the command line; without an offset it is UTC."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO 8601 time; e.g. 2026-11-02T09:00:00+08:00",
+                                 param_hint=f"'{option}'") from None
+    if not PLAN_YEARS[0] <= when.year <= PLAN_YEARS[1]:  # deadlines and finish times past it overflow
+        raise typer.BadParameter(f"{text!r} is outside the years {PLAN_YEARS[0]}-{PLAN_YEARS[1]}",
+                                 param_hint=f"'{option}'")
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+PLAN_YEARS = (1970, 2199)
 
 
 # --- the daemon's API ------------------------------------------------------------------
@@ -161,8 +291,8 @@ def submit(file: Path = typer.Argument(..., help="the job.yaml to submit")) -> N
     settings = _settings()
     spec = load_job_file(file)
     job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
-    out.print(f"submitted [bold]{job.id}[/bold] ({spec.name}, team {spec.team}): {job.state}")
-    out.print(f"watch it with: gpusched status {job.id}")
+    out.print(f"submitted [bold]{shown(job.id)}[/bold] ({spec.name}, team {spec.team}): {shown(job.state)}")
+    out.print(f"watch it with: gpusched status {shown(job.id)}", highlight=False)
 
 
 @app.command()
@@ -185,8 +315,8 @@ def status(
     for j in jobs:
         unit = "shards" if j.kind == "infer" else "ep"
         progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
-        # Text, not markup: a reason can be a machine's finish message, and "[/x]" in it must print as is.
-        table.add_row(*(Text(str(v)) for v in (j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")))
+        # The reason may be a machine's own words (a finish message): shown literally.
+        table.add_row(*(shown(v) for v in (j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")))
     out.print(table)
 
 
@@ -194,7 +324,7 @@ def status(
 def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
     """Cancel a job; its machine is freed on the daemon's next tick."""
     job = _client(_settings()).cancel(job_id)
-    out.print(f"{job.id}: {job.state}")
+    out.print(f"{shown(job.id)}: {shown(job.state)}", highlight=False)
 
 
 @app.command(hidden=True)
@@ -242,11 +372,30 @@ def report(
 ) -> None:
     """Write the monthly cost report (HTML with charts, CSV, Markdown) from the store."""
     from scheduler.accounting.reports import write_monthly_report
+    from scheduler.app.startup import open_store
 
     settings = _settings()
-    paths = write_monthly_report(settings, month, out_dir=out_dir)
+    target = out_dir or settings.reports_path
+    _writable_folder(target, "--out" if out_dir else "GPUSCHED_REPORT_DIR")
+    store = open_store(settings)
+    try:
+        paths = write_monthly_report(settings, month, out_dir=out_dir, store=store)
+    finally:
+        store.dispose()
     for kind, path in paths.items():
-        out.print(f"{kind}: {path}")
+        out.print(f"{kind}: {shown(path)}", highlight=False)
+
+
+def _writable_folder(folder: Path, what: str) -> None:
+    """Create ``folder`` for output, or say in one line why it cannot be."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{what} {folder} is a file, not a folder",
+                        fix=f"give {what} a folder (it is created if missing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {what} {folder}: {exc.strerror or type(exc).__name__}",
+                        fix=f"give {what} a folder this user can write") from None
 
 
 @app.command()
@@ -259,6 +408,7 @@ def demo(
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
     from scheduler.simulation.demo import run_demo
 
+    _writable_folder(out_dir, "--out")
     run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
 
 
@@ -279,6 +429,7 @@ def bench_spot_traces(
     from scheduler.simulation.spotbench.report import render_markdown, write_outputs
 
     result = run_spot_bench(traces, starts=starts, seed=seed, workers=workers)
+    _writable_folder(out_dir, "--out")
     write_outputs(result, out_dir)
     sys.stdout.write(render_markdown(result) + "\n")
     out.print(f"written to {out_dir}/")
@@ -357,6 +508,10 @@ def simulate(
 
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+    if output is not None:  # before the month is simulated, not after
+        if output.is_dir():
+            raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
+        _writable_folder(output.parent, "the folder of --output")
     configure_logging("console", "warning")
     entries = load_trace(trace)
     subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
@@ -369,8 +524,11 @@ def simulate(
     summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings)
     text = summary.to_json()
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n")
+        try:
+            output.write_text(text + "\n")
+        except OSError as exc:
+            raise UserError(f"cannot write --output {output}: {exc.strerror or type(exc).__name__}",
+                            fix="give --output a file path in a folder this user can write") from None
     if explain:
         write_explain_csv(summary.explained, explain)
     sys.stdout.write(text + "\n")
@@ -413,13 +571,10 @@ def perf(
     gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option)"),
 ) -> None:
     """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs."""
+    from scheduler.app.startup import open_store
     from scheduler.lifecycle.perf_learning import perf_table
-    from scheduler.store.database import Store
 
-    settings = _settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(settings.db_url)
-    store.migrate()
+    store = open_store(_settings())
     with store.session(write=False) as s:
         rows = perf_table(s, models=model or None, gpus=gpu or None)
     store.dispose()
@@ -428,7 +583,7 @@ def perf(
         table.add_column(col)
     for r in rows:
         style = "bold" if r.source == "measured" else ""
-        table.add_row(r.model, r.gpu, str(r.img_size), f"{r.rate_img_s:.1f}", r.source, str(r.samples),
+        table.add_row(shown(r.model), shown(r.gpu), str(r.img_size), f"{r.rate_img_s:.1f}", r.source, str(r.samples),
                       f"{r.prior_rate:.1f}", f"{r.last_seen:%Y-%m-%d %H:%M}" if r.last_seen else "-", style=style)
     out.print(table)
 
@@ -450,9 +605,9 @@ def providers_check() -> None:
         ok, detail = check_provider(provider, settings.cluster)
         failed += not ok
         mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
-        out.print(f"{mark} {name:<8} {detail}", highlight=False)
+        out.print(f"{mark} {name:<8} {shown(detail)}", highlight=False)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command()
@@ -476,7 +631,7 @@ def offers(
     for col in ("cloud", "zone", "instance type", "GPU", "vCPU", "on-demand /h", "spot /h", "stock", "price source"):
         table.add_column(col, overflow="fold")
     for o in sorted(rows, key=lambda o: (o.gpu, o.provider, o.zone, o.instance_type)):
-        table.add_row(o.provider, o.zone, o.instance_type, f"{o.gpu_count}x {o.gpu}", str(o.vcpus),
+        table.add_row(shown(o.provider), shown(o.zone), shown(o.instance_type), f"{o.gpu_count}x {o.gpu}", str(o.vcpus),
                       str(o.on_demand.per_hour) if o.on_demand else "-", str(o.spot.per_hour) if o.spot else "-",
                       f"{o.on_demand_stock.value}/{o.spot_stock.value}",
                       (o.spot or o.on_demand).source if (o.spot or o.on_demand) else "")
@@ -486,46 +641,16 @@ def offers(
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the store to the latest schema."""
-    from scheduler.store.database import Store
+    from scheduler.app.startup import open_store
 
-    settings = _settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    Store(settings.db_url).migrate()
-    out.print(f"store at {settings.db_url} is up to date")
-
-
-# --- errors ---------------------------------------------------------------------------------
-
-
-def _print_job_error(exc: JobFileError) -> None:
-    err.print(f"[red]error[/red] in {escape(exc.path)}:")
-    for p in exc.problems:
-        err.print(f"  [bold]{escape(p.field)}[/bold]: {escape(p.message)}")
-        if p.example:
-            err.print(f"      e.g. {escape(p.example)}")
+    store = open_store(_settings())
+    store.dispose()
+    out.print(f"store at {shown(store.url.render_as_string(hide_password=True))} is up to date", highlight=False)
 
 
 def main() -> None:
-    """Console entry point: user errors become a message and exit status 2."""
-    try:
-        app()
-    except JobFileError as exc:
-        _print_job_error(exc)
-        sys.exit(2)
-    except UserError as exc:
-        err.print(f"[red]error[/red]: {escape(exc.message)}")
-        if exc.fix:
-            err.print(f"  fix: {escape(exc.fix)}")
-        sys.exit(2)
-    except ProviderError as exc:
-        err.print(f"[red]cloud error[/red] ({escape(exc.provider or 'provider')} {escape(exc.code)}): "
-                  f"{escape(exc.message)}")
-        if exc.fix:
-            err.print(f"  fix: {escape(exc.fix)}")
-        sys.exit(1)
-    except GpuschedError as exc:
-        err.print(f"[red]error[/red]: {escape(str(exc))}")
-        sys.exit(1)
+    """Console entry point; errors become one line and an exit status inside ``app`` (``_Cli``)."""
+    app()
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ from scheduler.accounting.reports import previous_month, write_monthly_report
 from scheduler.agent.package import agent_package
 from scheduler.app.api import create_app
 from scheduler.app.daemon import Daemon
+from scheduler.app.startup import open_store
 from scheduler.clock import Clock, ScaledClock, SystemClock
 from scheduler.errors import UserError
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.settings import Settings
 from scheduler.simulation.simagent import SimAgents
-from scheduler.store.database import Store
 
 log = structlog.get_logger("gpusched.runtime")
 
@@ -29,11 +29,9 @@ def run_daemon(settings: Settings) -> None:
 
     if settings.api_token is None:
         raise UserError("the daemon needs an API token", fix="set GPUSCHED_API_TOKEN (e.g. `openssl rand -hex 24`)")
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else ScaledClock(settings.sandbox_speedup)
-    store = Store(settings.db_url)
-    store.migrate()
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
+    store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
     providers = build_providers(settings, clock)
     ctx = TickContext.build(store, providers, clock, settings, agent_package=package)
     agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \

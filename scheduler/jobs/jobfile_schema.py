@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.gpus import GPUS
+from scheduler.jobs.jobfile_rules import SECTIONS
 from scheduler.models import JobSpec
 from scheduler.money import CURRENCIES
 
@@ -37,6 +38,7 @@ def job_json_schema() -> dict[str, Any]:
     defs.pop("Money", None)
     gpus = defs["ResourcesSpec"]["properties"]["gpus"]
     gpus["anyOf"] = [{"type": "array", "items": {"enum": list(GPUS)}}, {"type": "null"}]
+    schema["allOf"] = _section_rules()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpusched job file"
     return schema
@@ -47,3 +49,22 @@ _DEADLINE_PATTERN = (
     r"|\s*(\d+d)?\s*(\d+h)?\s*(\d+m)?\s*)$"
 )
 _BUDGET_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(" + "|".join(CURRENCIES) + r")\s*$"
+
+
+# Which data counts each kind needs (jobfile_rules' table): the time estimate is made from them.
+_DATA_NEEDS = {"train": ["uri", "train_images"], "val": ["uri", "val_images"]}
+
+
+def _section_rules() -> list[dict[str, Any]]:
+    """``jobfile_rules``' sections per kind as JSON Schema: a val job needs ``val:`` and no ``train:`` ..."""
+    rules = []
+    for kind in SECTIONS:
+        then: dict[str, Any] = {
+            "required": [kind] + (["data"] if kind in _DATA_NEEDS else []),
+            "properties": {kind: {"type": "object"},
+                           **{other: {"type": "null"} for other in SECTIONS if other != kind}},
+        }
+        if kind in _DATA_NEEDS:
+            then["properties"]["data"] = {"type": "object", "required": _DATA_NEEDS[kind]}
+        rules.append({"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]}, "then": then})
+    return rules

@@ -24,6 +24,9 @@ from scheduler.models import Frozen, JobSpec
 __all__ = ["TraceEntry", "dump_trace", "entry_json", "load_trace"]
 
 
+MAX_TRACE_BYTES = 256 << 20
+
+
 class TraceEntry(Frozen):
     """One submission: ``job`` arrives at ``at``."""
 
@@ -46,8 +49,12 @@ def load_trace(path: str | Path) -> list[TraceEntry]:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
-        text = (gzip.decompress(raw) if _is_gzip(p) else raw).decode("utf-8")
+        with (gzip.open(p, "rb") if _is_gzip(p) else p.open("rb")) as f:
+            raw = f.read(MAX_TRACE_BYTES + 1)  # never more: a gzip bomb, /dev/zero, the wrong file
+        if len(raw) > MAX_TRACE_BYTES:
+            raise UserError(f"{p}: over {MAX_TRACE_BYTES // 2**20} MiB of JSON lines (uncompressed)",
+                            fix="a month of a busy cluster is a few MiB; split the trace or check the file")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{p}: no such trace file",
                         fix="generate one: python -m scheduler.simulation.traces --out FILE") from None

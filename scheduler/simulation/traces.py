@@ -449,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         entries = generate_month(args.seed, args.month, args.teams, scale)
         dump_trace(entries, args.out)
     except UserError as exc:
-        parser.exit(2, f"error: {exc}\n")
+        parser.exit(2, f"error: {exc.message}" + (f"; fix: {exc.fix}" if exc.fix else "") + "\n")
     print(f"wrote {len(entries)} jobs ({args.teams} teams, scale {scale}) to {args.out}")
     return 0
 

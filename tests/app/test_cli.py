@@ -59,7 +59,7 @@ def test_plan_shows_spot_and_on_demand_alternatives_with_costs():
 def test_submit_without_a_daemon_says_how_to_start_it():
     r = gpusched("submit", str(EXAMPLES / "helmet-s-train.yaml"),
                  env={"GPUSCHED_API_URL": "http://127.0.0.1:9", "GPUSCHED_API_TOKEN": "x" * 24})
-    assert r.returncode == 2
+    assert r.returncode == 3  # README, "Exit statuses": the daemon cannot be reached
     assert "cannot reach the gpusched daemon" in r.stderr and "gpusched daemon" in r.stderr
     assert "Traceback" not in r.stderr
 

@@ -1,0 +1,92 @@
+"""Start-up checks shared by the daemon and the CLI: the data folder and the store, each failing with one line.
+
+A daemon that cannot write its data folder or read its database should say so before it serves anything,
+in words a user can act on ("the data folder .gpusched is a file"), not with the driver's traceback.
+Each check raises ``SettingsError`` (the setting is wrong) or ``StoreUnavailable`` (the database is down,
+refused or damaged); the CLI turns both into one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from alembic.util import CommandError
+from sqlalchemy import text
+from sqlalchemy.exc import DatabaseError, OperationalError, SQLAlchemyError
+
+from scheduler.errors import SettingsError, StoreUnavailable
+from scheduler.settings import Settings
+from scheduler.store.database import Store, parse_url
+
+DATA_DIR_FIX = "set GPUSCHED_DATA_DIR to a folder this user can write (it is created if missing)"
+
+
+def prepare_data_dir(settings: Settings) -> Path:
+    """The data folder, created if missing; SettingsError if it is a file or cannot be written."""
+    folder = settings.data_dir
+    if folder.exists() and not folder.is_dir():
+        raise SettingsError(f"the data folder {folder} (GPUSCHED_DATA_DIR) is a file, not a folder", fix=DATA_DIR_FIX)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass  # the store, its journal and the reports are written here
+    except OSError as exc:
+        raise SettingsError(f"the data folder {folder} (GPUSCHED_DATA_DIR) cannot be written: "
+                            f"{exc.strerror or type(exc).__name__}", fix=DATA_DIR_FIX) from None
+    return folder
+
+
+def open_store(settings: Settings, *, check: bool = False) -> Store:
+    """The store at ``settings.db_url``, migrated to the newest schema.
+
+    ``check`` (the daemon's start) also asks SQLite to verify the file (``PRAGMA quick_check``), so a
+    truncated or damaged store is refused at start rather than failing a tick later.
+    """
+    prepare_data_dir(settings)
+    where = parse_url(settings.db_url).render_as_string(hide_password=True)
+    store = Store(settings.db_url)
+    try:
+        store.migrate()
+        if check and store.is_sqlite:
+            with store.engine.connect() as conn:
+                verdict = [row[0] for row in conn.execute(text("PRAGMA quick_check"))]
+            if verdict != ["ok"]:
+                raise StoreUnavailable(f"the store {where} is damaged (SQLite: {'; '.join(verdict[:3])})",
+                                       fix=_DAMAGED_FIX)
+    except StoreUnavailable:
+        store.dispose()
+        raise
+    except OperationalError as exc:
+        store.dispose()
+        raise StoreUnavailable(f"cannot open the store {where}: {_reason(exc)}", fix=_fix_for(store)) from None
+    except DatabaseError as exc:  # SQLite: "file is not a database", "database disk image is malformed"
+        store.dispose()
+        raise StoreUnavailable(f"the store {where} is not a sound gpusched database: {_reason(exc)}",
+                               fix=_DAMAGED_FIX) from None
+    except CommandError as exc:  # alembic: a revision this code does not know (a newer gpusched wrote it)
+        store.dispose()
+        raise StoreUnavailable(f"the store {where} has a schema this gpusched does not know: {exc}",
+                               fix="run the gpusched version that wrote it, or upgrade gpusched") from None
+    except SQLAlchemyError as exc:
+        store.dispose()
+        raise StoreUnavailable(f"cannot use the store {where}: {_reason(exc)}", fix=_fix_for(store)) from None
+    return store
+
+
+_DAMAGED_FIX = ("restore it from a backup, or move the file aside and run `gpusched db upgrade` "
+                "to start an empty store")
+
+
+def _fix_for(store: Store) -> str:
+    if store.is_sqlite:
+        return "check that the SQLite file and its folder can be read and written (GPUSCHED_DATA_DIR)"
+    return ("start PostgreSQL or correct GPUSCHED_DATABASE_URL (host, port, user, database); "
+            "`pg_isready -h HOST -p PORT` tells whether it accepts connections")
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    """The driver's own first line (``connection refused``), without SQLAlchemy's background link."""
+    orig = getattr(exc, "orig", None)
+    first = (str(orig) if orig is not None else str(exc)).strip().splitlines()
+    return first[0] if first else type(exc).__name__
