@@ -22,6 +22,7 @@ REPO = HERE.parent.parent
 SKIP_REASON = ("YOLOv9 tier: runs the real YOLOv9 scripts on CPU (minutes); run scripts/test-yolo, "
                "which sets GPUSCHED_YOLO_TIER=1")
 _WALL_TIMES = pytest.StashKey[list[tuple[str, float]]]()
+_MEASURES = pytest.StashKey[list[str]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,12 +42,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         for label, seconds in times:
             terminalreporter.write_line(f"{seconds:7.1f} s  {label}")
         terminalreporter.write_line(f"{sum(s for _, s in times):7.1f} s  in all")
+    measures = config.stash.get(_MEASURES, [])
+    if measures:
+        terminalreporter.section("YOLOv9 tier, measured")
+        for line in measures:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
 def wall_times(pytestconfig: pytest.Config) -> list[tuple[str, float]]:
     """Append (what, seconds): printed at the end of the run."""
     return pytestconfig.stash.setdefault(_WALL_TIMES, [])
+
+
+@pytest.fixture(scope="session")
+def measures(pytestconfig: pytest.Config) -> list[str]:
+    """Append a line of something measured (not a time): printed at the end of the run."""
+    return pytestconfig.stash.setdefault(_MEASURES, [])
 
 
 @pytest.fixture(scope="session")
