@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,20 @@ import yaml
 from scheduler.agent.bootstrap import STARTED_MARK, user_data_for
 from scheduler.agent.config import AgentConfig
 from scheduler.app.api import create_app
-from scheduler.clock import Clock
+from scheduler.clock import Clock, SystemClock
+from scheduler.lifecycle import service
+from scheduler.models import JobSpec
 from scheduler.settings import Settings
 from scheduler.store.database import Store
+from tests.agent.machines import put_on_machine
+from tests.fakes.metadata import MetadataServer
+from tests.yolo.dataset import write_dataset
 
 TOKEN = "yolo-tier-agent-api-token-0123456789"
 BUCKET = "ci-bucket"
 ENV_FILE = "/etc/gpusched/agent.env"
 UNIT_FILE = "/etc/systemd/system/gpusched-agent.service"
+JOB_TIMEOUT = 600  # seconds for one job on 2 shared cores; each takes a fraction of it
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # systemd's default PATH
 
 
@@ -267,6 +274,68 @@ def boot(name: str, instance_id: str, *, daemon: Daemon, bucket: Bucket, metadat
         proc = subprocess.Popen([str(exec_path), *unit.argv[1:]], env=env, cwd=root, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     return Machine(name=name, instance_id=instance_id, root=root, proc=proc, journal=journal, unit=unit, env=env)
+
+
+# --- the world the tests share ---
+
+
+class Cloud:
+    """A test module's world: the daemon (its store, on the system clock: the agents' tokens are real), the
+    bucket holding the dataset, the metadata service, the image, and the machines booted so far."""
+
+    def __init__(self, root: Path, image: Image, *, train_images: int = 8, val_images: int = 4,
+                 size: int = 128) -> None:
+        self.root, self.image = root, image
+        self.clock = SystemClock()
+        self.store = Store(f"sqlite:///{root / 'daemon' / 'gpusched.db'}")
+        self.store.migrate()
+        self.daemon = Daemon(self.store, self.clock)
+        self.bucket = Bucket()
+        self.metadata = MetadataServer()
+        self.machines: dict[str, Machine] = {}
+        # As a user uploads it: relative paths, no path: (the agent's staging rewrites it).
+        folder = write_dataset(root / "user-dataset", train=train_images, val=val_images, size=size).parent
+        self.data = self.bucket.put_folder(folder, "datasets/boxes")
+
+    def boot(self, name: str, instance_id: str, **kw: object) -> Machine:
+        m = boot(name, instance_id, daemon=self.daemon, bucket=self.bucket, metadata_url=self.metadata.url,
+                 image=self.image, root=self.root / name, **kw)  # type: ignore[arg-type]
+        self.machines[name] = m
+        return m
+
+    def submit(self, spec: JobSpec) -> str:
+        return service.submit(self.store, self.clock, spec, source=f"{spec.name}.yaml").id
+
+    def put(self, job: str, attempt: int, instance_id: str, **row: object) -> None:
+        put_on_machine(self.store, self.clock, job, attempt, instance_id=instance_id, **row)
+
+    def finished(self, job: str, *machines: Machine) -> dict:
+        return wait_for(f"job {job} to end", lambda: _ended(self.daemon.job(job)), timeout=JOB_TIMEOUT,
+                        machines=list(machines))
+
+    def reclaim_when(self, job: str, done: int, machine: Machine) -> dict:
+        """Serve a reclaim notice once the job has ``done`` epochs or shards reported; the job's detail then."""
+        wait_for(f"{job} to report {done}", lambda: self.daemon.job(job)["epochs_done"] >= done,
+                 timeout=JOB_TIMEOUT, machines=[machine], every=0.1)
+        self.metadata.notify("aws", self.clock.now() + timedelta(minutes=2))
+        try:
+            code = machine.proc.wait(timeout=120)
+        finally:
+            self.metadata.clear()
+        assert code == 0, f"the agent exits 0 when its machine goes away\n{machine.tail()}"
+        return self.daemon.job(job)
+
+    def close(self) -> None:
+        for m in self.machines.values():
+            m.stop()
+        self.daemon.close()
+        self.bucket.close()
+        self.metadata.close()
+        self.store.dispose()
+
+
+def _ended(detail: dict) -> dict | None:
+    return detail if detail["state"] in ("succeeded", "failed", "cancelled") else None
 
 
 # --- waiting --------------------------------------------------------------------------------------

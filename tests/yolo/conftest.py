@@ -10,11 +10,13 @@ The YOLOv9 checkout: $GPUSCHED_YOLOV9_DIR, else ``../shared/vendor/yolov9`` besi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.yolo.dataset import write_dataset, yolo_environment
+from tests.yolo.cloud import Cloud, Image
+from tests.yolo.dataset import find_truetype_font, write_dataset, yolo_environment
 
 TIER = os.environ.get("GPUSCHED_YOLO_TIER") == "1"
 HERE = Path(__file__).resolve().parent
@@ -100,3 +102,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("job")
     write_dataset(root / "data", root=True)
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory, yolov9_dir: Path, yolo_python: str) -> Iterator[Cloud]:
+    """The module's daemon, bucket (with the 12-image dataset) and metadata service; its machines stop after."""
+    image = Image(yolov9_dir=yolov9_dir, python=yolo_python, font=find_truetype_font(yolo_python))
+    c = Cloud(tmp_path_factory.mktemp("cloud"), image)
+    try:
+        yield c
+    finally:
+        c.close()
