@@ -8,17 +8,19 @@ command as a process with that environment, in a fresh machine's layout under a 
 
 - the unit's program (``/opt/gpusched/bin/gpusched``: what cloud-init's pip install makes) is this
   test environment's ``gpusched`` entry point, linked at ``<root>/opt/gpusched/bin/gpusched``;
-- ``LAYOUT`` adds what the machine itself gives the agent and user-data never carries: the root folders
-  moved under ``<root>`` (the work dir, the boot mark), the image's YOLOv9 checkout and Python, the
-  metadata service's address, the instance role (moto's keys and endpoint), a PATH whose ``shutdown``
-  only writes down its arguments, and short polls. No layout key replaces a user-data key
-  (``boot`` checks it), so every setting user-data gives reaches the agent as it is.
+- the machine's layout adds what the machine itself gives the agent and user-data never carries: the root
+  folders moved under ``<root>`` (the work dir, the boot mark), the image's YOLOv9 checkout and Python,
+  the metadata service's address, the instance role (moto's keys and endpoint), a PATH whose
+  ``shutdown`` only writes down its arguments, the GPU driver's variables where this machine has them,
+  no GPU on a CPU machine (GPUSCHED_AGENT_GPU_COUNT=0), and short polls. No layout key replaces a
+  user-data key (``boot`` checks it), so every setting user-data gives reaches the agent as it is.
 
-Nothing is inherited from the test's own environment: systemd starts a unit with a clean one.
+Nothing else is inherited from the test's own environment: systemd starts a unit with a clean one.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import socket
@@ -55,6 +57,8 @@ ENV_FILE = "/etc/gpusched/agent.env"
 UNIT_FILE = "/etc/systemd/system/gpusched-agent.service"
 JOB_TIMEOUT = 600  # seconds for one job on 2 shared cores; each takes a fraction of it
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # systemd's default PATH
+# What the GPU driver's setup gives every process of a machine (a container's GPU runtime sets them): kept.
+DRIVER_VARS = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 
 
 # --- the daemon -----------------------------------------------------------------------------------
@@ -263,6 +267,7 @@ def boot(name: str, instance_id: str, *, daemon: Daemon, bucket: Bucket, metadat
         "GPUSCHED_AGENT_RECLAIM_POLL_SECONDS": "0.3",
         "GPUSCHED_AGENT_WORKERS": "0",  # 2 shared cores: the dataloader in the training process
         **bucket.role_env,
+        **{k: os.environ[k] for k in DRIVER_VARS if k in os.environ},
         **({"GPUSCHED_AGENT_GPU_COUNT": "0"} if gpu_count is None else {}),
         **(layout or {}),
     }

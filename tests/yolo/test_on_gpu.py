@@ -77,12 +77,11 @@ def chosen_total(spec: JobSpec, gpu: str, count: int) -> int:
     return initial_total(spec, cfg)
 
 
-def run_job(cloud: Cloud, name: str, gpus: agent_machine.MachineGpus, epochs: int,
+def run_job(cloud: Cloud, name: str, inst: str, gpus: agent_machine.MachineGpus, epochs: int,
             python: str | None = None) -> tuple[dict, list[float], Machine]:
     """Boot a GPU machine with one training job; returns the job's end, its epoch times, and the machine."""
     offer = offer_for(gpus.model, gpus.memory_mib or 0)
     job = cloud.submit(train_spec(name, epochs, cloud.data))
-    inst = f"inst-gpu-{name}"[:32]
     cloud.put(job, 1, inst, gpu=offer, gpu_count=1)
     m = cloud.boot(name, inst, gpu=offer, gpu_count=1, python=python)
     samples: list[tuple[float, int]] = []
@@ -98,7 +97,7 @@ def run_job(cloud: Cloud, name: str, gpus: agent_machine.MachineGpus, epochs: in
 
 def test_two_epochs_on_device_0_with_the_memory_models_batch(cloud: Cloud, gpus: agent_machine.MachineGpus,
                                                            measures: list[str]) -> None:
-    final, epochs, m = run_job(cloud, "gpu-train", gpus, 2)
+    final, epochs, m = run_job(cloud, "gpu-train", "inst-0000000000e0", gpus, 2)
     assert final["state"] == "succeeded" and final["epochs_done"] == 2, final["reason"]
     journal = m.journal.read_text(errors="replace")
     assert "agent_up" in journal and "source=nvml" in journal  # the agent's own discovery, in its process
@@ -115,7 +114,7 @@ def test_a_real_cuda_oom_halves_the_batch(cloud: Cloud, gpus: agent_machine.Mach
                                           measures: list[str]) -> None:
     python = capped_python(tmp_path / "python", cloud.image.python, tmp_path / "capped-once", FIRST_RUN_CAP)
     t0 = time.monotonic()
-    final, epochs, m = run_job(cloud, "gpu-oom", gpus, 1, python=python)
+    final, epochs, m = run_job(cloud, "gpu-oom", "inst-0000000000e1", gpus, 1, python=python)
     seconds = time.monotonic() - t0
     assert final["state"] == "succeeded", final["reason"]
     log = m.job_log("gpu-oom", 1)
