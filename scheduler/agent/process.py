@@ -4,6 +4,7 @@ environment, its output (one log per attempt), how it is stopped, and what its o
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,7 +17,9 @@ Launch = Callable[[Sequence[str]], subprocess.Popen]
 LOG_TAIL_LINES = 15
 MESSAGE_TAIL_CHARS = 1500  # the API takes a finish message of at most 2,000 characters
 READ_TAIL_BYTES = 256 * 1024  # what is read of a long log to judge how the run ended
-FONT = "Arial.ttf"  # what YOLOv9's check_font() fetches from the internet when its config folder lacks it
+# The fonts YOLOv9 looks for in its config folder, and downloads when missing (utils/general.py:check_font):
+# a machine without the internet would fail its first job there.
+YOLO_FONTS = ("Arial.ttf", "Arial.Unicode.ttf")
 
 
 def log_path_for(cfg: AgentConfig, job_name: str, attempt: int) -> Path:
@@ -27,15 +30,37 @@ def log_path_for(cfg: AgentConfig, job_name: str, attempt: int) -> Path:
 def machine_problem(cfg: AgentConfig) -> str | None:
     """Why this machine cannot run a job at all (reported as the attempt's failure), or None.
 
-    Creates the work directory: nothing else on a fresh machine does."""
+    Creates the work directory: nothing else on a fresh machine does; and seeds YOLOv9's config folder there
+    with the image's fonts (``seed_fonts``)."""
     try:
         Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+        seed_fonts(cfg)
     except OSError as exc:
         return f"cannot create the work directory {cfg.workdir}: {exc.strerror or exc}"
     if not Path(cfg.yolov9_dir, "train_dual.py").is_file():
         return (f"no YOLOv9 checkout at {cfg.yolov9_dir} (train_dual.py missing): the image must carry it, "
                 "or set GPUSCHED_AGENT_YOLOV9_DIR")
     return None
+
+
+def image_config_dir() -> Path:
+    """Where YOLOv9 keeps its font when nothing says otherwise (``~/.config/Ultralytics``, root's on a cloud
+    image): an image that ran YOLOv9 once, or was built with the font, has it there."""
+    return Path.home() / ".config" / "Ultralytics"
+
+
+def seed_fonts(cfg: AgentConfig) -> None:
+    """Copy the image's YOLOv9 fonts into the config folder the jobs use (``job_environment``), where
+    missing; without them YOLOv9 downloads Arial.ttf on its first plot. Nothing to do when the machine
+    names its own folder (``YOLOV5_CONFIG_DIR``) or the image has no font."""
+    if os.environ.get("YOLOV5_CONFIG_DIR"):
+        return
+    target = Path(cfg.workdir) / "yolo-config"
+    for name in YOLO_FONTS:
+        source = image_config_dir() / name
+        if source.is_file() and not (target / name).is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target / name)
 
 
 def mark_started(path: str) -> None:
@@ -64,14 +89,15 @@ def job_environment(cfg: AgentConfig) -> dict[str, str]:
 
     PyTorch >= 2.6 loads checkpoints with ``weights_only`` and refuses YOLOv9's own (every ``--resume``
     and the end-of-training validation fail): the checkpoints are ours, so the old behaviour is safe.
-    YOLOv9 downloads a font on first use unless its config folder has one (a machine without internet
-    fails there): the image's copy is used where it has one, in ``YOLOV5_CONFIG_DIR`` when the unit's
-    environment sets it, else in YOLOv9's default folder (``~/.config/Ultralytics``, where running
-    YOLOv9 once while building the image leaves it); otherwise a folder in the work directory."""
+    YOLOv9 downloads a font on first use unless its config folder has one; the folder is kept in the
+    work directory (seeded from the image's, ``seed_fonts``) so that a folder the machine names
+    (``YOLOV5_CONFIG_DIR``) wins when it sets one. YOLOv9 pip-installs a missing package at run time
+    (``check_requirements``) unless told not to: a job never changes the image's Python (a missing
+    package fails the job, and says which)."""
     env = dict(os.environ)
     env.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    cached = Path.home() / ".config" / "Ultralytics"
-    env.setdefault("YOLOV5_CONFIG_DIR", str(cached if (cached / FONT).is_file() else Path(cfg.workdir) / "yolo-config"))
+    env.setdefault("YOLOV5_CONFIG_DIR", str(Path(cfg.workdir) / "yolo-config"))
+    env.setdefault("YOLOv5_AUTOINSTALL", "false")
     env.pop("GPUSCHED_AGENT_TOKEN", None)  # the job's code never needs the agent's token
     return env
 

@@ -14,6 +14,7 @@ from scheduler.agent.runner import (
     AgentConfig,
     failure_message,
     job_environment,
+    machine_problem,
     run_agent,
 )
 from scheduler.app.api import create_app
@@ -134,13 +135,26 @@ def test_the_job_environment_keeps_the_machine_and_drops_the_agent_token(monkeyp
     assert "GPUSCHED_AGENT_TOKEN" not in env and env["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"  # YOLOv9's checkpoints load under torch >= 2.6
     assert env["YOLOV5_CONFIG_DIR"] == str(tmp_path / "yolo-config")
-    # A font the image cached where YOLOv9 keeps it (running YOLOv9 once while building the image) is used.
-    cached = tmp_path / "home" / ".config" / "Ultralytics"
-    cached.mkdir(parents=True)
-    (cached / "Arial.ttf").write_bytes(b"a TrueType font")
-    assert job_environment(cfg)["YOLOV5_CONFIG_DIR"] == str(cached)
-    monkeypatch.setenv("YOLOV5_CONFIG_DIR", "/image/fonts")  # the image's own setting wins
+    assert env["YOLOv5_AUTOINSTALL"] == "false"  # a job never pip-installs into the image's Python
+    monkeypatch.setenv("YOLOV5_CONFIG_DIR", "/image/fonts")  # the image's own wins
     assert job_environment(cfg)["YOLOV5_CONFIG_DIR"] == "/image/fonts"
+
+
+def test_the_work_dir_gets_the_images_yolo_fonts(monkeypatch, tmp_path):
+    home = tmp_path / "root"
+    (home / ".config" / "Ultralytics").mkdir(parents=True)
+    (home / ".config" / "Ultralytics" / "Arial.ttf").write_bytes(b"a font")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("YOLOV5_CONFIG_DIR", raising=False)
+    yolov9 = tmp_path / "yolov9"
+    yolov9.mkdir()
+    (yolov9 / "train_dual.py").write_text("")
+    cfg = AgentConfig(api="http://x", instance_id="inst-1", token="t", workdir=str(tmp_path / "work"),
+                      yolov9_dir=str(yolov9))
+    assert machine_problem(cfg) is None
+    config = Path(job_environment(cfg)["YOLOV5_CONFIG_DIR"])
+    assert (config / "Arial.ttf").read_bytes() == b"a font"  # YOLOv9 would download it otherwise
+    assert not (config / "Arial.Unicode.ttf").exists()  # the image has none: nothing is made up
 
 
 @pytest.mark.parametrize("value, python", [(None, "python3"), ("/opt/conda/bin/python", "/opt/conda/bin/python")])

@@ -10,11 +10,13 @@ The YOLOv9 checkout: $GPUSCHED_YOLOV9_DIR, else ``../shared/vendor/yolov9`` besi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.yolo.dataset import write_dataset, yolo_environment
+from tests.yolo.cloud import Cloud, Image
+from tests.yolo.dataset import find_truetype_font, write_dataset, yolo_environment
 
 TIER = os.environ.get("GPUSCHED_YOLO_TIER") == "1"
 HERE = Path(__file__).resolve().parent
@@ -22,6 +24,7 @@ REPO = HERE.parent.parent
 SKIP_REASON = ("YOLOv9 tier: runs the real YOLOv9 scripts on CPU (minutes); run scripts/test-yolo, "
                "which sets GPUSCHED_YOLO_TIER=1")
 _WALL_TIMES = pytest.StashKey[list[tuple[str, float]]]()
+_MEASURES = pytest.StashKey[list[str]]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,12 +44,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         for label, seconds in times:
             terminalreporter.write_line(f"{seconds:7.1f} s  {label}")
         terminalreporter.write_line(f"{sum(s for _, s in times):7.1f} s  in all")
+    measures = config.stash.get(_MEASURES, [])
+    if measures:
+        terminalreporter.section("YOLOv9 tier, measured")
+        for line in measures:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
 def wall_times(pytestconfig: pytest.Config) -> list[tuple[str, float]]:
     """Append (what, seconds): printed at the end of the run."""
     return pytestconfig.stash.setdefault(_WALL_TIMES, [])
+
+
+@pytest.fixture(scope="session")
+def measures(pytestconfig: pytest.Config) -> list[str]:
+    """Append a line of something measured (not a time): printed at the end of the run."""
+    return pytestconfig.stash.setdefault(_MEASURES, [])
 
 
 @pytest.fixture(scope="session")
@@ -88,3 +102,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("job")
     write_dataset(root / "data", root=True)
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory, yolov9_dir: Path, yolo_python: str) -> Iterator[Cloud]:
+    """The module's daemon, bucket (with the 12-image dataset) and metadata service; its machines stop after."""
+    image = Image(yolov9_dir=yolov9_dir, python=yolo_python, font=find_truetype_font(yolo_python))
+    c = Cloud(tmp_path_factory.mktemp("cloud"), image)
+    try:
+        yield c
+    finally:
+        c.close()
