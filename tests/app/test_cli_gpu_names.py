@@ -35,3 +35,9 @@ def test_a_really_unknown_gpu_still_gets_the_did_you_mean_help(tmp_path: Path) -
     r = gpusched("validate", str(job))
     assert r.returncode == 2
     assert "resources.gpus[0]" in r.stderr and "did you mean 'H100'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_offers_takes_the_names_job_files_take() -> None:
+    r = gpusched("offers", "--gpu", "a100", "--provider", "aws")
+    assert r.returncode == 0, r.stderr
+    assert "A100-40G" in r.stdout and "A100-80G" not in r.stdout
