@@ -32,7 +32,7 @@ from scheduler.money import Money
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
 from scheduler.store.database import Store
-from scheduler.store.tables import AttemptRow, EventRow, IdleStopRow, InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, CostRecordRow, EventRow, IdleStopRow, InstanceRow, JobRow
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -61,7 +61,16 @@ class StoreCollector(Collector):
                            .where(AttemptRow.started_at.is_not(None)).group_by(AttemptRow.job_id).subquery())
             waits = s.execute(select(JobRow.team, JobRow.submitted_at, first_start.c.started)
                               .join(first_start, first_start.c.job_id == JobRow.id)).all()
-            month_lines = ledger.cost_lines(s, now.strftime("%Y-%m"), now)
+            month = now.strftime("%Y-%m")
+            # Written records summed in SQL (a month may hold tens of thousands), plus what is not written yet.
+            written = s.execute(
+                select(CostRecordRow.team, CostRecordRow.provider, CostRecordRow.capacity, CostRecordRow.currency,
+                       func.sum(CostRecordRow.amount))
+                .where(CostRecordRow.month == month)
+                .group_by(CostRecordRow.team, CostRecordRow.provider, CostRecordRow.capacity, CostRecordRow.currency)
+            ).all()
+            month_lines = [(line.team, line.provider, line.capacity, line.currency, line.amount)
+                           for line in ledger.pending_lines(s, month, now)]
             billing = s.execute(
                 select(InstanceRow.team, InstanceRow.provider, InstanceRow.capacity, InstanceRow.price_currency,
                        func.sum(InstanceRow.price_amount))
@@ -87,7 +96,7 @@ class StoreCollector(Collector):
             g.add_metric([state], n)
         yield g
         yield _queue_wait(waits)
-        yield from self._money(month_lines, billing, cur)
+        yield from self._money([*written, *month_lines], billing, cur)
         c = CounterMetricFamily("gpusched_reclaims", "Spot instances the cloud took back, by cloud, zone and GPU.",
                                 labels=["cloud", "zone", "gpu"])
         for provider, zone, gpu, n in reclaims:
@@ -114,16 +123,16 @@ class StoreCollector(Collector):
                 g.add_metric([state.value, ""], 0)
         return g
 
-    def _money(self, lines: Iterable[ledger.CostLine], billing: Iterable[tuple[str, str, str, str, Decimal]],
-               cur: str) -> Iterator[Metric]:
+    def _money(self, spent: Iterable[tuple[str, str, str, str, Decimal]],
+               billing: Iterable[tuple[str, str, str, str, Decimal]], cur: str) -> Iterator[Metric]:
+        """``spent`` and ``billing``: (team, cloud, capacity, currency, amount) rows, this month and per hour."""
         fx = self.settings.fx
         spend: dict[tuple[str, str, str], Decimal] = {}
         by_team: dict[str, Decimal] = {}
-        for line in lines:
-            amount = fx.convert(line.cost, cur).amount
-            key = (line.team, line.provider, line.capacity)
-            spend[key] = spend.get(key, Decimal(0)) + amount
-            by_team[line.team] = by_team.get(line.team, Decimal(0)) + amount
+        for team, cloud, capacity, currency, total in spent:
+            amount = fx.convert(Money(amount=total or Decimal(0), currency=currency), cur).amount
+            spend[(team, cloud, capacity)] = spend.get((team, cloud, capacity), Decimal(0)) + amount
+            by_team[team] = by_team.get(team, Decimal(0)) + amount
         g = GaugeMetricFamily("gpusched_spend_month", "Spend this month so far (running machines included), "
                               "by team, cloud and capacity, in the report currency.",
                               labels=["team", "cloud", "capacity", "currency"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from providers.base import TAG_ATTEMPT, TAG_INSTANCE, TAG_JOB, TAG_MANAGED, ProviderUnavailable
+from scheduler.accounting import ledger
 from scheduler.app.api import create_app
 from scheduler.app.daemon import Daemon
 from scheduler.logs import forget_secrets
@@ -80,6 +82,9 @@ def test_metrics_parse_and_carry_what_ops_alert_on(store, sim_clock) -> None:
     assert _one(m, "gpusched_queue_wait_seconds_count", team="vision-qa") == 1
     assert _one(m, "gpusched_queue_wait_seconds_bucket", team="vision-qa", le="+Inf") == 1
     spend = _one(m, "gpusched_spend_month", team="vision-qa", cloud="alibaba", currency="CNY")
+    with store.session(write=False) as s:  # the report's own sum: written records plus what is not written yet
+        lines = ledger.cost_lines(s, sim_clock.now().strftime("%Y-%m"), sim_clock.now())
+    assert spend == pytest.approx(float(sum(line.amount for line in lines if line.team == "vision-qa")), rel=1e-9)
     assert spend > 0
     assert "gpusched_spend_rate_per_hour" in {f.name for f in text_string_to_metric_families(r.text)}
     assert _one(m, "gpusched_team_budget_month", team="vision-qa", currency="CNY") == 1.0
