@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from scheduler.gpus import gpu_spellings
+from scheduler.gpus import GPUS, gpu_spellings
 from scheduler.models import JobSpec
 from scheduler.money import CURRENCIES
 
@@ -38,7 +38,9 @@ def job_json_schema() -> dict[str, Any]:
     defs.pop("Money", None)
     gpus = defs["ResourcesSpec"]["properties"]["gpus"]
     # A pattern, not an enum: GPU names are matched case-insensitively and have aliases (A100 = A100-40G).
-    gpus["anyOf"] = [{"type": "array", "items": {"type": "string", "pattern": _gpu_pattern()}}, {"type": "null"}]
+    # The enum first, for editors' completion; the pattern admits the other spellings.
+    names = {"anyOf": [{"enum": list(GPUS)}, {"type": "string", "pattern": _gpu_pattern()}]}
+    gpus["anyOf"] = [{"type": "array", "items": names}, {"type": "null"}]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpusched job file"
     return schema

@@ -342,7 +342,9 @@ def test_schema_lists_fields_and_known_gpus() -> None:
     assert set(schema["properties"]) == set(JobSpec.model_fields)
     assert set(schema["required"]) == {"name", "team", "kind", "model"}
     gpus = schema["$defs"]["ResourcesSpec"]["properties"]["gpus"]["anyOf"][0]
-    pattern = gpus["items"]["pattern"]
+    enum, spelt = gpus["items"]["anyOf"]
+    assert enum["enum"] == list(GPUS)  # what editors offer to complete
+    pattern = spelt["pattern"]
     assert all(re.fullmatch(pattern, name) for name in GPUS)
     assert all(re.fullmatch(pattern, name) for name in ("A100", "a100-80gb", "h100", "l40s", "A10g"))
     assert not re.fullmatch(pattern, "RTX9090") and not re.fullmatch(pattern, "A100-120GB")
