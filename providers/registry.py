@@ -13,7 +13,7 @@ from providers.base import TAG_MANAGED, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
 from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import Clock
-from scheduler.errors import UserError
+from scheduler.errors import UserError, install_hint
 from scheduler.settings import Settings, load_cloud_config
 
 # provider name -> (adapter module, config class). The module holds ``from_config`` and the
@@ -49,7 +49,7 @@ def build_live(settings: Settings, clock: Clock, **overrides: dict[str, object])
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise UserError(f"the {name} SDK is not installed ({exc.name})",
-                            fix=f"pip install 'gpusched[{name}]'") from None
+                            fix=install_hint(name)) from None
         config = load_cloud_config(getattr(module, config_name), name, **overrides.get(name, {}))
         providers[name] = module.from_config(config, clock)
     return providers

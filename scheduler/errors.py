@@ -131,3 +131,11 @@ class ProviderUnavailable(ProviderError):
     """The cloud API is down or unreachable; transient."""
 
     retryable = True
+
+
+def install_hint(extra: str) -> str:
+    """How to add an optional part (``postgres``, ``clouds``, ``aws`` ...): from this project's own checkout
+    or wheel, never by name from a public index, where an unrelated project owns ``gpusched``."""
+    return (f"install it from your gpusched checkout: pip install '.[{extra}]' (or the release wheel: "
+            f"pip install 'gpusched-<version>-py3-none-any.whl[{extra}]'); not `pip install gpusched`, "
+            "a public index's gpusched is another project")

@@ -33,13 +33,35 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("V100-32G", 32.0, 900, 125, 15.7, 300),
         GpuSpec("A100-40G", 40.0, 1555, 312, 19.5, 400),
         GpuSpec("A100-80G", 80.0, 2039, 312, 19.5, 400),
+        GpuSpec("L40S", 44.9, 864, 362, 91.6, 350),
         GpuSpec("H100", 80.0, 3350, 989, 67, 700),
     )
 }
 
+# Names people type (SkyPilot's, the clouds' own pages) -> the name above. "A100" alone is the 40 GB
+# part, as SkyPilot and the clouds' pages mean it; 80 GB has to be said. Matched case-insensitively.
+ALIASES: dict[str, str] = {
+    "a100": "A100-40G",
+    "a100-40gb": "A100-40G",
+    "a100-80gb": "A100-80G",
+    "v100-32gb": "V100-32G",
+    "h100-80gb": "H100",
+}
+_BY_LOWER: dict[str, str] = {name.lower(): name for name in GPUS} | ALIASES
+
+
+def canonical_gpu(name: str) -> str | None:
+    """The GPU model a typed name means (``a10g`` -> ``A10G``, ``A100`` -> ``A100-40G``), or None."""
+    return _BY_LOWER.get(name.strip().lower())
+
+
+def gpu_spellings() -> tuple[str, ...]:
+    """Every accepted name, lower-case: the models and their aliases."""
+    return tuple(_BY_LOWER)
+
 
 def gpu(name: str) -> GpuSpec:
-    try:
-        return GPUS[name]
-    except KeyError:
-        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}") from None
+    known = canonical_gpu(name)
+    if known is None:
+        raise KeyError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}")
+    return GPUS[known]

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
+from scheduler.gpus import canonical_gpu
 from scheduler.limits import MAX_DEADLINE_AHEAD, budget_problem, deadline_time_problem, duration_problem
 from scheduler.money import Money
 from scheduler.times import utc
@@ -115,6 +116,15 @@ class ResourcesSpec(Frozen):
     gpus: tuple[str, ...] | None = None  # validated against scheduler.gpus in jobfile_rules.py
     gpu_count: int = Field(default=1, ge=1, le=8)
     nodes: int = Field(default=1, ge=1, le=64)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_names(cls, v: object) -> object:
+        """``a100`` / ``A100-80GB`` / ``h100`` -> the model names offers carry; unknown names are left for
+        jobfile_rules to explain."""
+        if isinstance(v, (list, tuple)):
+            return [canonical_gpu(g) or g if isinstance(g, str) else g for g in v]
+        return v
 
 
 class WhereSpec(Frozen):

@@ -111,6 +111,15 @@ class Settings(BaseSettings):
             return [p.strip() for p in v.split(",") if p.strip()]
         return v
 
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_chosen(cls, v: object) -> object:
+        # The deploy files leave it empty on purpose: an operator must say which, never get the sandbox unasked.
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("is empty; choose one: live (your cloud accounts: real machines, real bills) or "
+                             "sandbox (simulated clouds: no machine starts, no job really runs)")
+        return v
+
     @field_validator("team_budgets", mode="before")
     @classmethod
     def _budgets(cls, v: object) -> object:

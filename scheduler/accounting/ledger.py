@@ -359,9 +359,16 @@ def cost_lines(session: Session, month: str, now: datetime) -> list[CostLine]:
     now = utc(now)
     records = session.scalars(select(CostRecordRow).where(CostRecordRow.month == month).order_by(CostRecordRow.id))
     lines = [_line_from_record(r) for r in records]
-    pending = _with_instance().where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.start < now)
-    lines.extend(line for line in _estimate(session.execute(pending).tuples(), now) if line.month == month)
+    lines.extend(pending_lines(session, month, now))
     return lines
+
+
+def pending_lines(session: Session, month: str, now: datetime) -> list[CostLine]:
+    """The part of ``cost_lines`` not yet written as cost records: closed but unaccounted usage, and open
+    usage up to ``now``, priced on the fly. For callers that sum the written records in SQL (/metrics)."""
+    now = utc(now)
+    pending = _with_instance().where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.start < now)
+    return [line for line in _estimate(session.execute(pending).tuples(), now) if line.month == month]
 
 
 def spent_by_job(

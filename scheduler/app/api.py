@@ -4,9 +4,10 @@ Auth: every ``/v1`` route wants ``Authorization: Bearer <GPUSCHED_API_TOKEN>``,
 compared in constant time. A daemon without a token does not start.
 
 ``/healthz`` and ``/metrics`` need no token, on purpose: liveness probes and
-Prometheus scrapers rarely carry one, and both answer only with counts and
-times (no job names, teams, ids or settings). Keep the port off the public
-internet (the default host is 127.0.0.1; in a cluster, a NetworkPolicy).
+Prometheus scrapers rarely carry one. Both answer with counts, times and money
+(``/metrics`` labels them with team, cloud, zone and GPU; never job names, ids or
+settings; see ``scheduler.app.metrics``). Keep the port off the public internet
+(the default host is 127.0.0.1; in a cluster, a NetworkPolicy).
 
 Every error is JSON ``{"error": ..., "fix": ...}``; a job that cannot be
 accepted is 422 and adds ``problems``: ``[{field, message, example}]``.
@@ -36,6 +37,8 @@ from scheduler.agent.bootstrap import machine_ttl
 from scheduler.agent.package import AgentPackage
 from scheduler.app.guard import AuthFirst, bearer
 from scheduler.app.openapi import install_openapi
+from scheduler.app.metrics import CONTENT_TYPE as PROMETHEUS_TYPE
+from scheduler.app.metrics import render, store_registry
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -82,7 +85,6 @@ MAX_BODY_BYTES = 2 << 20  # a job file is a few hundred bytes; anything near thi
 AGENT_BODY_BYTES = 1 << 20  # an agent's report is a few hundred bytes (a finish message at most 2,000 characters)
 OTHER_BODY_BYTES = 64 << 10  # the other routes take no body
 MAX_SOURCE_CHARS = MAX_TEXT_CHARS  # a file name or path, as the CLI sends it
-PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MIN_TOKEN_CHARS = 16
 TOKEN_FIX = (
     "set GPUSCHED_API_TOKEN in the daemon's environment or .env, e.g. "
@@ -241,12 +243,6 @@ def _file_name(source: str) -> str:
         raise _BadRequest(400, f"\"source\" must be a file name of at most {MAX_SOURCE_CHARS} characters "
                           "of valid Unicode", "e.g. \"source\": \"helmet.yaml\"")
     return source
-
-
-def _gauge(name: str, help_text: str, label: str, counts: dict[Any, int]) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-    lines += [f'{name}{{{label}="{key}"}} {n}' for key, n in counts.items()]
-    return lines
 
 
 # --- the on-instance agent's routes: one long-lived agent per machine, with its machine token ----------
@@ -578,13 +574,11 @@ def create_app(
         return JSONResponse({"status": "ok" if live else body["status"], "last_tick": body.get("last_tick")},
                             status_code=200 if live else 503)
 
+    from_store = store_registry(store, clock, settings)
+
     @app.get("/metrics")
     def prometheus() -> Response:
-        lines = _gauge("gpusched_jobs", "Jobs in the store, by state.", "state", service.job_counts(store))
-        lines += _gauge(
-            "gpusched_instances", "Instances in the store, by state.", "state", service.instance_counts(store)
-        )
-        text = "\n".join(lines) + "\n"
+        text = render(from_store).decode()
         if metrics is not None:
             extra = metrics()
             text += extra if extra.endswith("\n") or not extra else extra + "\n"

@@ -619,9 +619,11 @@ def offers(
     """Live offers from the configured providers (catalog prices where a cloud gives none)."""
     from providers.registry import build_providers
     from scheduler.clock import SystemClock
+    from scheduler.gpus import canonical_gpu
 
     settings = _settings()
     _setup_logging(settings)
+    gpu = canonical_gpu(gpu) or gpu if gpu else gpu  # A100, a10g ... as in job files
     rows = []
     for name, prov in sorted(build_providers(settings, SystemClock()).items()):
         if provider and name != provider:

@@ -30,9 +30,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 from sqlalchemy import text
 
 from scheduler.app.api import require_token
+from scheduler.app.metrics import DaemonMetrics, render
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import GpuschedError, ProviderError, SettingsError, UserError
 from scheduler.logs import get_logger
@@ -112,6 +114,8 @@ class Daemon:
         self._lock = threading.Lock()
         self._ticks = _Runs()
         self._reports = _Runs()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.counters = DaemonMetrics(self.registry)
         self._started_wall: datetime | None = None
         self._server: uvicorn.Server | None = None
         self._stop_signal: str | None = None
@@ -188,6 +192,13 @@ class Daemon:
                 runs.last_error = _describe(error)
                 runs.last_error_at = started
             n, streak = runs.count, runs.consecutive_errors
+        if runs is self._ticks:
+            self.counters.tick_done(started=started, duration_s=duration, failed=error is not None,
+                                    in_a_row=streak, result=result)
+            if isinstance(error, ProviderError):
+                self.counters.cloud_error(error.provider or "unknown", error.code or type(error).__name__)
+        else:
+            self.counters.report_done(failed=error is not None)
         if error is None:
             log.debug(f"{what}_done", run=n, duration_s=round(duration, 3))
             return
@@ -263,27 +274,8 @@ class Daemon:
         return _iso(job.next_run_time) if job is not None else None
 
     def metrics(self) -> str:
-        """Prometheus text for the daemon's own counters (the API adds jobs and instances by state)."""
-        with self._lock:
-            t, r = self._ticks, self._reports
-            rows = [
-                ("gpusched_ticks_total", "counter", "Lifecycle ticks run since the daemon started.", t.count),
-                ("gpusched_tick_errors_total", "counter", "Lifecycle ticks that raised.", t.errors),
-                ("gpusched_tick_errors_in_a_row", "gauge", "Lifecycle ticks that raised since the last one that "
-                 "did not.", t.consecutive_errors),
-                ("gpusched_jobs_set_aside_total", "counter", "Jobs a tick failed or held because it could not read, "
-                 "plan, price or write them.", t.set_aside),
-                ("gpusched_last_tick_timestamp_seconds", "gauge", "When the last tick began (Unix time).",
-                 t.last_at.timestamp() if t.last_at else 0),
-                ("gpusched_last_tick_duration_seconds", "gauge", "How long the last tick took.",
-                 t.last_duration_s or 0),
-                ("gpusched_reports_total", "counter", "Monthly report runs since the daemon started.", r.count),
-                ("gpusched_report_errors_total", "counter", "Monthly report runs that raised.", r.errors),
-            ]
-        lines: list[str] = []
-        for name, kind, help_text, value in rows:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
-        return "\n".join(lines) + "\n"
+        """Prometheus text for the daemon's own series (the API adds what the store knows)."""
+        return render(self.registry).decode()
 
     # --- serving
 

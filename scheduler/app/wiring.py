@@ -50,6 +50,9 @@ def run_daemon(settings: Settings) -> None:
     daemon.app = app
     log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,
              store=settings.db_url.split("@")[-1])
+    if settings.backend == "sandbox":
+        log.warning("sandbox_backend", why="GPUSCHED_BACKEND=sandbox: the clouds are simulated; no machine "
+                    "starts and no job really runs (set GPUSCHED_BACKEND=live for your cloud accounts)")
     if package is not None:
         log.info("agent_package", wheel=package.filename, sha256=package.sha256,
                  source="served by the daemon" if package.served_by_daemon else package.url)

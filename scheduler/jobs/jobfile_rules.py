@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from scheduler.errors import FieldProblem
-from scheduler.gpus import GPUS
+from scheduler.gpus import GPUS, canonical_gpu
 from scheduler.jobs.jobfile_examples import FIELD_EXAMPLES, example_for
 from scheduler.jobs.jobfile_problems import unknown_choice
 from scheduler.models import Kind
@@ -110,7 +110,7 @@ def _resource_problems(resources: Mapping[Any, Any], kind: object) -> list[Field
     gpus = resources.get("gpus")
     if isinstance(gpus, (list, tuple)):
         for i, name in enumerate(gpus):
-            if isinstance(name, str) and name not in GPUS:
+            if isinstance(name, str) and canonical_gpu(name) is None:
                 problems.append(
                     _problem(
                         f"resources.gpus[{i}]",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from scheduler.gpus import GPUS
+from scheduler.gpus import GPUS, gpu_spellings
 from scheduler.jobs.jobfile_rules import SECTIONS
 from scheduler.models import JobSpec
 from scheduler.money import CURRENCIES
@@ -37,11 +38,22 @@ def job_json_schema() -> dict[str, Any]:
     }
     defs.pop("Money", None)
     gpus = defs["ResourcesSpec"]["properties"]["gpus"]
-    gpus["anyOf"] = [{"type": "array", "items": {"enum": list(GPUS)}}, {"type": "null"}]
+    # A pattern, not an enum: GPU names are matched case-insensitively and have aliases (A100 = A100-40G).
+    # The enum first, for editors' completion; the pattern admits the other spellings.
+    names = {"anyOf": [{"enum": list(GPUS)}, {"type": "string", "pattern": _gpu_pattern()}]}
+    gpus["anyOf"] = [{"type": "array", "items": names}, {"type": "null"}]
     schema["allOf"] = _section_rules()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpusched job file"
     return schema
+
+
+def _gpu_pattern() -> str:
+    """Every accepted GPU spelling, any case (JSON Schema patterns have no case-insensitive flag)."""
+    def any_case(name: str) -> str:
+        return "".join(f"[{c}{c.upper()}]" if c.isalpha() else re.escape(c) for c in name)
+
+    return "^(" + "|".join(any_case(n) for n in gpu_spellings()) + ")$"
 
 
 _DEADLINE_PATTERN = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,6 +106,8 @@ class TickReport:
     cost_records: int = 0
     set_aside: int = 0  # jobs failed or held because they could not be read, planned, priced or written
     errors: list[str] = field(default_factory=list)
+    led: bool = False  # this daemon held the tick lock (another daemon did the work when False)
+    cloud_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (cloud, vendor code) -> calls
 
 
 def backoff_rng(ctx: TickContext, now: datetime) -> random.Random:
@@ -131,4 +134,5 @@ def cloud_call(ctx: TickContext, now: datetime, report: TickReport, call: Callab
     except ProviderError as exc:
         getattr(logger or log, level)(event, **fields, **exc.log_fields())
         report.errors.append(f"{label}: {exc.message}")
+        report.cloud_errors[(exc.provider or "unknown", exc.code or type(exc).__name__)] += 1
         return CloudCall(False)

@@ -111,6 +111,7 @@ def tick(ctx: TickContext) -> TickReport:
         if not got:
             log.info("tick_skipped", why="another daemon holds the tick lock")
             return report
+        report.led = True
         screen_stored_specs(ctx, now, report)
         reconcile(ctx, now, report)
         watch_agents(ctx, now, report)

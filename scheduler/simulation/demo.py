@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 from providers.registry import build_live, build_sandbox
 from scheduler.accounting.reports import MonthlyReport, monthly_report, write_report
 from scheduler.clock import SimClock
-from scheduler.errors import UserError
+from scheduler.errors import UserError, install_hint
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.lifecycle import service
 from scheduler.lifecycle import tick as lifecycle
@@ -180,7 +180,7 @@ def _attach_emulators(settings: Settings, clock: SimClock, providers: dict, clou
         from providers.emulators.tencent_cvm import TencentCvmEmulator
     except ImportError as exc:
         raise UserError(f"the emulators need the cloud SDKs ({exc})",
-                        fix="pip install 'gpusched[clouds]'") from None
+                        fix=install_hint("clouds")) from None
     key, secret = "demo-key", "demo-secret"
     overrides: dict[str, dict] = {}
     preempt: dict = {}

@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from scheduler.errors import SettingsError
+from scheduler.errors import SettingsError, install_hint
 from scheduler.store.tables import EventRow
 from scheduler.times import utc
 
@@ -62,7 +62,7 @@ class Store:
             raise SettingsError(
                 f"cannot use database URL {self.url.render_as_string(hide_password=True)}: {exc}",
                 fix="set GPUSCHED_DATABASE_URL to sqlite:///path/to.db or postgresql+psycopg://user@host/db "
-                "(PostgreSQL needs: pip install 'gpusched[postgres]')",
+                f"(PostgreSQL needs the postgres extra: {install_hint('postgres')})",
             ) from None
         if self.is_postgres:
             event.listen(self.engine, "connect", _postgres_session_utc)

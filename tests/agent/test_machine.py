@@ -51,7 +51,7 @@ def failing(argv):
     ("NVIDIA A100-SXM4-80GB", 81920, "A100-80G"),
     ("NVIDIA A100 80GB PCIe", None, "A100-80G"),
     ("NVIDIA H100 80GB HBM3", 81559, "H100"),
-    ("NVIDIA L40S", 46068, None),  # not a GPU we know: never mistaken for an L4
+    ("NVIDIA L40S", 46068, "L40S"),  # never mistaken for an L4
     ("NVIDIA GeForce RTX 4090", 24564, None),
     ("", None, None),
 ])

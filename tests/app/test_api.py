@@ -310,18 +310,22 @@ def test_a_failing_health_probe_is_503(store: Store, clock: SimClock) -> None:
 
 
 def test_metrics_count_jobs_and_instances_by_state_and_add_the_daemons_own(store: Store, clock: SimClock) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
     extra = "# TYPE gpusched_ticks_total counter\ngpusched_ticks_total 12\n"
     with TestClient(create_app(store, clock, settings(), metrics=lambda: extra)) as c:
         submit(c)
         submit(c)
-        r = c.get("/metrics")  # no token: scrapers rarely carry one, and this holds only counts
+        r = c.get("/metrics")  # no token: scrapers rarely carry one, and this holds only counts and money
     forget_secrets()
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    samples = dict(line.rsplit(" ", 1) for line in r.text.splitlines() if not line.startswith("#"))
-    assert samples['gpusched_jobs{state="queued"}'] == "2"
-    assert all(f'gpusched_jobs{{state="{s.value}"}}' in samples for s in JobState)
-    assert all(f'gpusched_instances{{state="{s.value}"}}' in samples for s in InstanceRowState)
-    assert samples["gpusched_ticks_total"] == "12"
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(r.text) for s in family.samples}
+    assert samples[("gpusched_jobs", (("state", "queued"), ("team", "vision-qa")))] == 2
+    assert {state for (name, labels) in samples if name == "gpusched_jobs" for k, state in labels if k == "state"} \
+        == {s.value for s in JobState}
+    assert all(("gpusched_instances", (("state", s.value),)) in samples for s in InstanceRowState)
+    assert samples[("gpusched_ticks_total", ())] == 12
     assert r.text.count("# TYPE gpusched_jobs gauge") == 1
 
 

@@ -169,14 +169,14 @@ def test_healthz_is_503_with_the_error_once_ticks_keep_failing(store: Store, clo
     assert r.json()["status"] == "failing" and r.json()["last_error"] == "ArithmeticError: a job broke the tick"
     assert live.status_code == 200  # liveness: a restart would not bring a failing cloud API back
     assert stopped.status_code == 503 and stopped.json()["status"] == "stopped"
-    assert "gpusched_tick_errors_total 3" in metrics and "gpusched_tick_errors_in_a_row 3" in metrics
+    assert "gpusched_tick_errors_total 3.0" in metrics and "gpusched_tick_errors_in_a_row 3.0" in metrics
 
 
 def test_metrics_count_the_jobs_a_tick_set_aside(store: Store, clock: SimClock) -> None:  # noqa: F811
     d = make_daemon(store, clock, tick=lambda: TickReport(at=NOW, set_aside=2))
     d.run_tick()
     d.run_tick()
-    assert "gpusched_jobs_set_aside_total 4" in d.metrics()
+    assert "gpusched_jobs_set_aside_total 4.0" in d.metrics()
     assert d.health()["jobs_set_aside"] == 4
 
 

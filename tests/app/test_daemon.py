@@ -254,8 +254,8 @@ def test_metrics_count_ticks_and_errors(store: Store) -> None:
         for _ in range(3):
             d.run_tick()
     samples = dict(line.split(" ") for line in d.metrics().splitlines() if not line.startswith("#"))
-    assert samples["gpusched_ticks_total"] == "3"
-    assert samples["gpusched_tick_errors_total"] == "1"
+    assert float(samples["gpusched_ticks_total"]) == 3
+    assert float(samples["gpusched_tick_errors_total"]) == 1
     assert float(samples["gpusched_last_tick_timestamp_seconds"]) == NOW.timestamp()
     assert "# TYPE gpusched_ticks_total counter" in d.metrics()
 

@@ -132,7 +132,8 @@ class AlibabaHarness:
 
 def _make() -> AlibabaHarness:
     if _MISSING:
-        pytest.skip(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): pip install 'gpusched[alibaba]'")
+        pytest.skip(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): "
+                    "pip install '.[alibaba]' (from the checkout)")
     return AlibabaHarness()
 
 

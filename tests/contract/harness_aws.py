@@ -440,7 +440,7 @@ class AwsHarness:
 
 def _make_harness() -> AwsHarness:
     if _MISSING:
-        pytest.skip(f"the AWS cases need {' and '.join(_MISSING)}: pip install 'gpusched[test]'")
+        pytest.skip(f"the AWS cases need {' and '.join(_MISSING)}: pip install '.[test]' (from the checkout)")
     return AwsHarness()
 
 

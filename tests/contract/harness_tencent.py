@@ -131,7 +131,7 @@ class TencentHarness:
 
 def _tencent() -> TencentHarness:
     if _SDK_MISSING is not None:
-        pytest.skip(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install 'gpusched[tencent]'")
+        pytest.skip(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install '.[tencent]' (from the checkout)")
     return TencentHarness()
 
 

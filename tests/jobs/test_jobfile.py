@@ -110,7 +110,8 @@ DOC_CASES = [
     ("unknown-kind", {"kind": "training"}, "kind", "did you mean 'train'"),
     ("unknown-model", {"model": "yolov10-s"}, "model", "unknown model 'yolov10-s'"),
     ("unknown-gpu", {"resources.gpus": ["A10", "RTX9090"]}, "resources.gpus[1]", "unknown GPU 'RTX9090'"),
-    ("gpu-wrong-case", {"resources.gpus": ["a10g"]}, "resources.gpus[0]", "did you mean 'A10G'"),
+    ("gpu-misspelt", {"resources.gpus": ["H10"]}, "resources.gpus[0]", "did you mean 'H100'"),
+    ("gpu-unknown-size", {"resources.gpus": ["A100-120GB"]}, "resources.gpus[0]", "unknown GPU 'A100-120GB'"),
     ("unknown-provider", {"where.providers": ["gcp"]}, "where.providers[0]", "unknown provider 'gcp'"),
     ("unknown-capacity", {"policy.capacity": "spto"}, "policy.capacity", "did you mean 'spot'"),
     ("unknown-currency", {"policy.budget": "800 EUR"}, "policy.budget", "unknown currency 'EUR'"),
@@ -341,4 +342,19 @@ def test_schema_lists_fields_and_known_gpus() -> None:
     assert set(schema["properties"]) == set(JobSpec.model_fields)
     assert set(schema["required"]) == {"name", "team", "kind", "model"}
     gpus = schema["$defs"]["ResourcesSpec"]["properties"]["gpus"]["anyOf"][0]
-    assert gpus["items"]["enum"] == list(GPUS)
+    enum, spelt = gpus["items"]["anyOf"]
+    assert enum["enum"] == list(GPUS)  # what editors offer to complete
+    pattern = spelt["pattern"]
+    assert all(re.fullmatch(pattern, name) for name in GPUS)
+    assert all(re.fullmatch(pattern, name) for name in ("A100", "a100-80gb", "h100", "l40s", "A10g"))
+    assert not re.fullmatch(pattern, "RTX9090") and not re.fullmatch(pattern, "A100-120GB")
+
+
+@pytest.mark.parametrize(("typed", "means"), [
+    ("A100", "A100-40G"), ("a100", "A100-40G"), ("A100-40GB", "A100-40G"), ("A100-80GB", "A100-80G"),
+    ("a100-80g", "A100-80G"), ("a10g", "A10G"), ("L40S", "L40S"), ("l40s", "L40S"), ("H100", "H100"),
+    ("h100", "H100"), ("t4", "T4"), ("v100-32gb", "V100-32G"),
+])
+def test_gpu_names_as_people_write_them_mean_the_models_offers_carry(typed: str, means: str) -> None:
+    spec = parse_job(patched({"resources.gpus": [typed]}))
+    assert spec.resources.gpus == (means,)

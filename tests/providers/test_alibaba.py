@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-pytest.importorskip("aliyunsdkcore", reason="the Alibaba Cloud SDK is an extra: pip install 'gpusched[alibaba]'")
+pytest.importorskip("aliyunsdkcore", reason="the Alibaba Cloud SDK is an extra: pip install '.[alibaba]'")
 
 from aliyunsdkcore.acs_exception.exceptions import ClientException, ServerException
 from pydantic import SecretStr, ValidationError

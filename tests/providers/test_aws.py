@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-pytest.importorskip("moto", reason="the AWS adapter tests need moto[server]: pip install 'gpusched[test]'")
+pytest.importorskip("moto", reason="the AWS adapter tests need moto[server]: pip install '.[test]' (from the checkout)")
 
 from botocore.exceptions import (
     ClientError,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr, ValidationError
 
-pytest.importorskip("tencentcloud.cvm.v20170312", reason="the Tencent SDK is optional: pip install 'gpusched[tencent]'")
+pytest.importorskip("tencentcloud.cvm.v20170312", reason="the Tencent SDK is optional: pip install '.[tencent]'")
 
 from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
     TencentCloudSDKException,

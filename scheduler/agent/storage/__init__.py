@@ -17,7 +17,7 @@ package reads none from the environment itself, and the defaults are
 
 Each store takes its SDK client (or bucket factory) as an argument, so tests inject one;
 the SDKs are imported inside the default factories only, so the package imports without
-them (``pip install 'gpusched[agent]'`` brings them). Large files go through the SDKs'
+them (the ``agent`` extra of gpusched's own wheel brings them). Large files go through the SDKs'
 managed transfers: boto3's ``download_file``/``upload_file``, oss2's
 ``resumable_download``/``resumable_upload``, COS's ``download_file``/``upload_file``.
 
