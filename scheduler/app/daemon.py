@@ -43,6 +43,7 @@ log = get_logger(__name__)
 
 TICK_JOB = "tick"
 REPORT_JOB = "monthly-report"
+BUDGET_JOB = "budget-alerts"
 # A report that could not start on time (the pool busy) may still start this late.
 REPORT_MISFIRE_GRACE_S = 3600
 MIN_STALL = timedelta(minutes=5)
@@ -95,6 +96,7 @@ class Daemon:
         *,
         tick: Callable[[], object],
         monthly_report: Callable[[], object],
+        budget_check: Callable[[], object] | None = None,
         app: FastAPI | None = None,
         wall: Clock | None = None,
     ) -> None:
@@ -106,12 +108,14 @@ class Daemon:
         self.wall = wall or SystemClock()
         self._tick = tick
         self._report = monthly_report
+        self._budget_check = budget_check
         self._tick_trigger = IntervalTrigger(seconds=settings.tick_seconds, timezone=timezone.utc)
         self._report_trigger = _cron(settings.report_cron)
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
         self._lock = threading.Lock()
         self._ticks = _Runs()
         self._reports = _Runs()
+        self._budget_checks = _Runs()
         self._started_wall: datetime | None = None
         self._server: uvicorn.Server | None = None
         self._stop_signal: str | None = None
@@ -143,6 +147,17 @@ class Daemon:
             misfire_grace_time=REPORT_MISFIRE_GRACE_S,
             replace_existing=True,
         )
+        if self._budget_check is not None:
+            self.scheduler.add_job(
+                self.run_budget_check,
+                IntervalTrigger(minutes=self.settings.budget_check_minutes, timezone=timezone.utc),
+                id=BUDGET_JOB,
+                name="budget alerts",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(self.settings.budget_check_minutes * 60)),
+                replace_existing=True,
+            )
         self._started_wall = self.wall.now()
         self.scheduler.start()
         log.info(
@@ -159,6 +174,11 @@ class Daemon:
     def run_monthly_report(self) -> None:
         """The monthly report; never raises."""
         self._run(self._report, self._reports, "monthly_report")
+
+    def run_budget_check(self) -> None:
+        """Team budget alerts (scheduler/accounting/budget_alerts.py); never raises."""
+        if self._budget_check is not None:
+            self._run(self._budget_check, self._budget_checks, "budget_check")
 
     def _run(self, job: Callable[[], object], runs: _Runs, what: str) -> None:
         started = self.clock.now()
@@ -255,6 +275,9 @@ class Daemon:
                 "last_report": _iso(r.last_at),
                 "last_report_error": r.last_error if r.consecutive_errors else None,
                 "next_report": self._next_report(),
+                "last_budget_check": _iso(self._budget_checks.last_at),
+                "last_budget_check_error": self._budget_checks.last_error
+                if self._budget_checks.consecutive_errors else None,
                 "database": database,
             }
 
@@ -265,7 +288,7 @@ class Daemon:
     def metrics(self) -> str:
         """Prometheus text for the daemon's own counters (the API adds jobs and instances by state)."""
         with self._lock:
-            t, r = self._ticks, self._reports
+            t, r, b = self._ticks, self._reports, self._budget_checks
             rows = [
                 ("gpusched_ticks_total", "counter", "Lifecycle ticks run since the daemon started.", t.count),
                 ("gpusched_tick_errors_total", "counter", "Lifecycle ticks that raised.", t.errors),
@@ -279,6 +302,7 @@ class Daemon:
                  t.last_duration_s or 0),
                 ("gpusched_reports_total", "counter", "Monthly report runs since the daemon started.", r.count),
                 ("gpusched_report_errors_total", "counter", "Monthly report runs that raised.", r.errors),
+                ("gpusched_budget_check_errors_total", "counter", "Budget alert checks that raised.", b.errors),
             ]
         lines: list[str] = []
         for name, kind, help_text, value in rows:
