@@ -121,6 +121,11 @@ class Settings(BaseSettings):
             return [p.strip() for p in v.split(",") if p.strip()]
         return v
 
+    @field_validator("smtp_url", mode="before")
+    @classmethod
+    def _no_empty_url(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("report_mail_to", mode="before")
     @classmethod
     def _addresses(cls, v: object) -> object:
