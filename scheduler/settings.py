@@ -103,8 +103,10 @@ class Settings(BaseSettings):
     budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
     budget_check_minutes: float = Field(default=15.0, gt=0)  # how often the daemon looks
     # What a team at 100% gets: "wait": no new job of the team starts until next month or a raised budget
-    # (the planner holds every job whose cost does not fit what is left). Running jobs run to their end.
-    budget_at_limit: Literal["wait"] = "wait"
+    # (the planner holds every job whose cost does not fit what is left); running jobs run to their end.
+    # "stop": that, and its running training and inference jobs stop right after their next checkpoint
+    # and wait too (scheduler/lifecycle/budget_stop.py).
+    budget_at_limit: Literal["wait", "stop"] = "wait"
 
     # --- the sandbox cloud
     sandbox_seed: int = 7

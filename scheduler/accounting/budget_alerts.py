@@ -45,9 +45,10 @@ class BudgetAlert(Frozen):
 
 
 def _at_limit(settings: Settings) -> str:
-    if settings.budget_at_limit == "wait":
-        return "new jobs of the team wait until next month or a raised GPUSCHED_TEAM_BUDGETS"
-    return settings.budget_at_limit  # pragma: no cover - the only setting today is "wait"
+    waits = "new jobs of the team wait until next month or a raised GPUSCHED_TEAM_BUDGETS"
+    if settings.budget_at_limit == "stop":
+        return waits + "; its running training and inference jobs stop at their next checkpoint and wait too"
+    return waits
 
 
 def alert_notice(settings: Settings, month: str, row: TeamMonthBudget, threshold: int) -> Notice:
