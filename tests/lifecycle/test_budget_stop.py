@@ -3,7 +3,6 @@ stop right after their next checkpoint and wait too, resuming from it."""
 
 from __future__ import annotations
 
-
 from sqlalchemy import select
 
 from scheduler.money import Money
