@@ -17,10 +17,11 @@ import httpx
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
+from scheduler.accounting import ledger
 from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
-from scheduler.accounting.report_models import TeamMonthBudget
+from scheduler.accounting.report_models import MonthlyReport, TeamMonthBudget
 from scheduler.accounting.report_render import fmt_money, fmt_pct
-from scheduler.accounting.reports import monthly_report
+from scheduler.accounting.reports import build_report
 from scheduler.logs import get_logger
 from scheduler.models import Frozen
 from scheduler.settings import Settings
@@ -105,6 +106,19 @@ def _settle(store: Store, month: str, team: str, thresholds: list[int], outcomes
     return keep
 
 
+def _month_so_far(settings: Settings, store: Store, month: str, now: datetime) -> MonthlyReport:
+    """The month's report as of ``now``, read only: the tick writes the ledger, and a second writer of the
+    same intervals (this check runs on its own thread) could record them twice. Usage the tick has not
+    written yet is priced on the fly, as the planner's budget check prices it."""
+    with store.session(write=False) as s:
+        pending = [line for line in ledger.cost_lines(s, month, now) if not line.final]
+        return build_report(
+            s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now, open_costs=pending,
+            reserved=settings.reserved, fx_for=settings.fx_for, fx_dated=month in settings.fx_usd_cny_by_month,
+            trend_months=0, team_budgets=settings.team_budgets,
+        )  # fmt: skip
+
+
 def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
                         http: httpx.Client | None = None) -> list[BudgetAlert]:
     """Alert every team whose month's spend newly crossed a threshold; the alerts made (none: nothing new)."""
@@ -112,7 +126,7 @@ def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
         return []
     now = utc(now)
     month = now.strftime("%Y-%m")
-    report = monthly_report(settings, month, now=now, store=store)
+    report = _month_so_far(settings, store, month, now)
     channels = channels_configured(settings)
     alerts = []
     for row in report.team_budgets:

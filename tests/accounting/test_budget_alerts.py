@@ -162,3 +162,16 @@ def test_bad_threshold_and_webhook_settings_say_what_is_wrong(tmp_path: Path) ->
     with pytest.raises(SettingsError) as info:
         load_settings(_env_file=None, webhooks="teams=https://example.com/hook/s3cr3tt0ken")
     assert "unknown webhook service 'teams'" in info.value.message and "s3cr3tt0ken" not in info.value.message
+
+
+def test_a_machine_still_running_counts_and_the_check_writes_no_ledger_row(tmp_path: Path, store: Store) -> None:
+    from scheduler.store.tables import CostRecordRow
+
+    with store.session() as s:
+        ledger = Ledger(s)
+        inst = ledger.instance("i-live", team="vision", price="10", on_demand="20", currency="CNY")
+        ledger.interval(inst, nov(16))  # open: the tick has not written its cost yet
+    [alert] = check_budget_alerts(settings_for(tmp_path), store, nov(16, 6))  # 6 h at 10 CNY: 60%
+    assert alert.thresholds == (50,) and alert.used_pct == "60.0%"
+    with store.session(write=False) as s:
+        assert s.scalars(select(CostRecordRow)).all() == []
