@@ -141,7 +141,7 @@ def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
             text = "\n".join([notice.title, ""] + [f"{label}: {value}" for label, value in notice.facts]
                              + ["", notice.footer or ""])
             mail = mail_message(sender=settings.report_mail_from, to=settings.report_mail_to, subject=notice.title,
-                                text=text)
+                                at=now, text=text)
         outcomes = deliver(settings, notice, mail=mail, http=http) if channels else []
         recorded = _settle(store, month, row.team, claimed, outcomes, channels)
         log.info("budget_alert", team=row.team, month=month, thresholds=claimed, used_pct=str(row.used_pct),

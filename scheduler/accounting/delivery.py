@@ -17,8 +17,9 @@ import re
 import smtplib
 import ssl
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
+from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -29,6 +30,7 @@ from scheduler.errors import SettingsError
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import Frozen
 from scheduler.settings import WEBHOOK_SERVICES, Settings
+from scheduler.times import utc
 
 __all__ = ["Delivered", "Notice", "chat_payload", "deliver", "send_mail", "post_webhook", "mail_message",
            "channels_configured"]
@@ -193,14 +195,14 @@ def _smtp(url: SecretStr) -> _Smtp:
                  user=unquote(parts.username) if parts.username else None, password=password)
 
 
-def mail_message(*, sender: str, to: Sequence[str], subject: str, text: str, html: str | None = None,
+def mail_message(*, sender: str, to: Sequence[str], subject: str, at: datetime, text: str, html: str | None = None,
                  attachments: Sequence[Path] = ()) -> EmailMessage:
-    """A mail: plain text, the HTML alternative (its ``data:`` PNGs as inline parts), files attached."""
+    """A mail dated ``at``: plain text, the HTML alternative (its ``data:`` PNGs as inline parts), files attached."""
     msg = EmailMessage()
     msg["From"] = sender
     msg["To"] = ", ".join(to)
     msg["Subject"] = subject
-    msg["Date"] = formatdate(localtime=False)
+    msg["Date"] = format_datetime(utc(at))
     msg["Message-ID"] = make_msgid(domain="gpusched")
     msg.set_content(text)
     if html is not None:

@@ -20,6 +20,7 @@ from scheduler.store.database import Store
 from tests.accounting.receivers import TOKENS, hooks_env, smtp_server, webhook_receiver
 from tests.accounting.test_reports import Ledger, nov
 
+NOW = datetime(2026, 12, 1, 6, tzinfo=timezone.utc)
 NOTICE = Notice(title="GPU spend 2026-11: 1,234.50 CNY", facts=(("Total", "1,234.50 CNY"), ("Team vision", "50%")),
                 footer="Report files: report-2026-11.pdf")
 
@@ -104,12 +105,14 @@ def test_mail_carries_html_with_inline_charts_and_the_attachments(tmp_path: Path
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
     html = f'<html><body><h1>Report</h1><img src="data:image/png;base64,{png}"></body></html>'
     msg = mail_message(sender="gpusched@example.com", to=["a@example.com"], subject="report", text="plain",
+                       at=datetime(2026, 12, 1, 6, tzinfo=timezone.utc),
                        html=html, attachments=[pdf, csv])
     with smtp_server() as (url, box):
         out = send_mail(SecretStr(url), msg, sender="gpusched@example.com", to=["a@example.com"])
     assert out.ok, out.detail
     [(sender, rcpts, got)] = box.mails
     assert sender == "gpusched@example.com" and rcpts == ["a@example.com"]
+    assert got["Date"].datetime == datetime(2026, 12, 1, 6, tzinfo=timezone.utc)  # the caller's clock, not the wall
     parts = _parts(got)
     body = parts["text/html"].get_content()
     assert "<h1>Report</h1>" in body and "data:image" not in body and 'src="cid:' in body
@@ -121,14 +124,14 @@ def test_mail_carries_html_with_inline_charts_and_the_attachments(tmp_path: Path
 
 
 def test_a_mail_server_that_is_down_is_a_failure_without_the_password(unused_port: int) -> None:
-    msg = mail_message(sender="g@example.com", to=["a@example.com"], subject="s", text="t")
+    msg = mail_message(sender="g@example.com", to=["a@example.com"], subject="s", text="t", at=NOW)
     out = send_mail(SecretStr(f"smtp://ops:hunter22pw@127.0.0.1:{unused_port}"), msg, sender="g@example.com",
                     to=["a@example.com"])
     assert not out.ok and f"smtp://127.0.0.1:{unused_port}" in out.detail and "hunter22pw" not in out.detail
 
 
 def test_a_bad_smtp_url_is_a_failure_that_says_the_fix() -> None:
-    msg = mail_message(sender="g@example.com", to=["a@example.com"], subject="s", text="t")
+    msg = mail_message(sender="g@example.com", to=["a@example.com"], subject="s", text="t", at=NOW)
     out = send_mail(SecretStr("http://mail.example.com"), msg, sender="g@example.com", to=["a@example.com"])
     assert not out.ok and "smtp://" in out.detail
 
