@@ -31,6 +31,8 @@ WEEK_MIN = 7 * 24 * 60
 YEAR_H = 366 * 24
 MAX_SPEEDUP = 100_000  # a sandbox year in about five minutes
 MAX_TEAM_BUDGET = Decimal(10) ** 9
+_MAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+$")
+WEBHOOK_SERVICES = ("slack", "dingtalk", "wecom", "feishu")
 
 
 class Settings(BaseSettings):
@@ -95,6 +97,25 @@ class Settings(BaseSettings):
     report_cron: str = "0 6 1 * *"  # minute hour day month weekday: 06:00 on the 1st
     report_dir: Path | None = None  # empty: <data_dir>/reports
 
+    # --- delivery of reports and budget alerts (scheduler/accounting/delivery.py)
+    # smtp://[user:password@]host[:port] (plain, STARTTLS when the server offers it), smtps:// (TLS from the
+    # start), smtp+starttls:// (STARTTLS or fail). A secret: the password must never reach a log line.
+    smtp_url: SecretStr | None = None
+    report_mail_to: Annotated[list[str], NoDecode] = []  # comma-separated addresses
+    report_mail_from: str = "gpusched@localhost"
+    # Chat webhooks, service=URL comma-separated: slack=https://hooks.slack.com/services/...,dingtalk=...,
+    # wecom=..., feishu=... Their URLs carry the token, so they are secrets too.
+    webhooks: Annotated[dict[str, SecretStr], NoDecode] = {}
+    # A team is alerted (once per threshold per month) when its month's billed spend crosses these shares of
+    # its GPUSCHED_TEAM_BUDGETS budget.
+    budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
+    budget_check_minutes: float = Field(default=15.0, gt=0)  # how often the daemon looks
+    # What a team at 100% gets: "wait": no new job of the team starts until next month or a raised budget
+    # (the planner holds every job whose cost does not fit what is left); running jobs run to their end.
+    # "stop": that, and its running training and inference jobs stop right after their next checkpoint
+    # and wait too (scheduler/lifecycle/budget_stop.py).
+    budget_at_limit: Literal["wait", "stop"] = "wait"
+
     # --- the sandbox cloud
     sandbox_seed: int = 7
     # >1 runs the sandbox daemon faster than real time
@@ -119,6 +140,64 @@ class Settings(BaseSettings):
             raise ValueError("is empty; choose one: live (your cloud accounts: real machines, real bills) or "
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
         return v
+
+    @field_validator("smtp_url", mode="before")
+    @classmethod
+    def _no_empty_url(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("report_mail_to", mode="before")
+    @classmethod
+    def _addresses(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [a.strip() for a in v.split(",") if a.strip()]
+        return v
+
+    @field_validator("report_mail_to")
+    @classmethod
+    def _valid_addresses(cls, v: list[str]) -> list[str]:
+        for address in v:
+            if not _MAIL_RE.match(address):
+                raise ValueError(f"{address!r} is not a mail address like ops@example.com")
+        return v
+
+    @field_validator("webhooks", mode="before")
+    @classmethod
+    def _webhooks(cls, v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        hooks: dict[str, str] = {}
+        for item in v.split(","):
+            if not item.strip():
+                continue
+            service, sep, url = item.partition("=")
+            service = service.strip().lower()
+            # Never echo the URL back: it carries the webhook's token.
+            if not sep or not url.strip():
+                raise ValueError(f"{service or item[:12]!r} needs a URL: write service=URL, e.g. slack=https://...")
+            if service not in WEBHOOK_SERVICES:
+                raise ValueError(f"unknown webhook service {service!r}; use {', '.join(WEBHOOK_SERVICES)}")
+            if not url.strip().lower().startswith(("http://", "https://")):
+                raise ValueError(f"the {service} webhook must be an http:// or https:// URL")
+            if service in hooks:
+                raise ValueError(f"the {service} webhook is given twice")
+            hooks[service] = url.strip()
+        return hooks
+
+    @field_validator("budget_alert_thresholds", mode="before")
+    @classmethod
+    def _thresholds(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [p.strip().rstrip("%") for p in v.split(",") if p.strip()]
+        return v
+
+    @field_validator("budget_alert_thresholds")
+    @classmethod
+    def _valid_thresholds(cls, v: list[int]) -> list[int]:
+        for pct in v:
+            if not 1 <= pct <= 1000:
+                raise ValueError(f"threshold {pct} must be a percentage between 1 and 1000")
+        return sorted(set(v))
 
     @field_validator("team_budgets", mode="before")
     @classmethod

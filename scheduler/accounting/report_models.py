@@ -33,6 +33,7 @@ __all__ = [
     "ReservationUse",
     "TeamBudget",
     "TeamCapacityCost",
+    "TeamMonthBudget",
 ]
 
 # The key of the row every breakdown gives to the prepaid hours nobody used.
@@ -146,6 +147,25 @@ class TeamBudget(Frozen):
     over_budget: bool
 
 
+class TeamMonthBudget(Frozen):
+    """A team's monthly budget (GPUSCHED_TEAM_BUDGETS) against what it was billed this month, and the forecast.
+
+    ``actual`` is what the planner holds against the budget: the team's billed spend (spot and on-demand)
+    in the month; reserved hours cost nothing at the margin. ``forecast`` runs ``actual`` to the month's
+    end at the month-so-far hourly rate, as the report's own forecast does (equal to ``actual`` once the
+    month is over).
+    """
+
+    team: str
+    budget: Money  # in the report currency
+    actual: Money
+    forecast: Money
+    used_pct: Decimal
+    forecast_pct: Decimal
+    over_budget: bool  # actual >= budget: the team's new jobs wait
+    forecast_over: bool  # forecast > budget
+
+
 class MonthlyReport(Frozen):
     month: str
     currency: str
@@ -190,6 +210,7 @@ class MonthlyReport(Frozen):
     jobs: tuple[JobCost, ...]
     budget_vs_actual: tuple[TeamBudget, ...]
     notes: tuple[str, ...]
+    team_budgets: tuple[TeamMonthBudget, ...] = ()  # the teams with a monthly budget in the settings
 
     @property
     def empty(self) -> bool:

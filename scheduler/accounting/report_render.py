@@ -223,6 +223,10 @@ def render_csv(report: MonthlyReport) -> str:
     for t in r.trend:
         row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
+    for tb in r.team_budgets:
+        row("team_budget", tb.team, cost=tb.budget)
+        row("team_actual", tb.team, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
+        row("team_forecast", tb.team, cost=tb.forecast, share_pct=tb.forecast_pct)
     for j in r.jobs:
         row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
             savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
@@ -316,6 +320,17 @@ def render_markdown(report: MonthlyReport) -> str:
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]
             lines += _md_table((title, *BREAKDOWN_HEADERS), [breakdown_cells(b) for b in getattr(r, attr)])
+        if r.team_budgets:
+            lines += ["## Team budgets", ""]
+            lines += _md_table(
+                ("team", "budget", "actual", "used", "forecast", "forecast used"),
+                [
+                    (t.team, fmt_money(t.budget), fmt_money(t.actual),
+                     fmt_pct(t.used_pct) + (" (at the limit)" if t.over_budget else ""), fmt_money(t.forecast),
+                     fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else ""))
+                    for t in r.team_budgets
+                ],
+            )  # fmt: skip
         if r.budget_vs_actual:
             lines += ["## Budget vs actual", ""]
             lines += _md_table(

@@ -19,7 +19,7 @@ from collections import defaultdict
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -47,6 +47,7 @@ from scheduler.accounting.report_models import (
     ReservationUse,
     TeamBudget,
     TeamCapacityCost,
+    TeamMonthBudget,
 )
 from scheduler.accounting.report_render import (
     BREAKDOWNS,
@@ -61,6 +62,7 @@ from scheduler.accounting.report_render import (
     write_report,
 )
 from scheduler.accounting.reservations import pools_for
+from scheduler.accounting.team_budgets import team_month_budgets
 from scheduler.clock import SystemClock
 from scheduler.errors import UserError
 from scheduler.models import ReservedCapacity
@@ -89,6 +91,7 @@ __all__ = [
     "UNUSED_RESERVATIONS",
     "TeamBudget",
     "TeamCapacityCost",
+    "TeamMonthBudget",
     # rendering (scheduler.accounting.report_render)
     "BREAKDOWNS",
     "CSV_COLUMNS",
@@ -453,6 +456,7 @@ def build_report(
     fx_dated: bool = False,
     trend_months: int = 3,
     notes: Sequence[str] = (),
+    team_budgets: Mapping[str, Money] | None = None,
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
@@ -462,6 +466,7 @@ def build_report(
     ``fx`` converts this month; ``fx_for(month)`` the earlier months of the trend and of jobs' cost
     to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
+    ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast.
     """
     start, end = month_bounds(month)
     if currency not in CURRENCIES:
@@ -482,6 +487,8 @@ def build_report(
     stops, avoided_hours, avoided_cost = _idle_avoided(session, start, end, now, idle_assumed_hours, currency, fx)
     jobs = _jobs(session, lines, month, currency, fx, rates_for)
     rates = _rates(fx, currency)
+    by_team = _breakdown(lines, lambda l: l.team, unused, total, currency)
+    forecast = _forecast(billed, reserved, start, end, as_of, currency, fx)
 
     own_notes = [
         "Amounts are converted to {} at {} rates: {}.".format(
@@ -550,18 +557,19 @@ def build_report(
         idle_assumed_hours=idle_assumed_hours,
         idle_hours_avoided=avoided_hours,
         idle_cost_avoided=_m(avoided_cost, currency),
-        by_team=_breakdown(lines, lambda l: l.team, unused, total, currency),
+        by_team=by_team,
         by_project=_breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency),
         by_cloud=_breakdown(lines, lambda l: l.provider, unused, total, currency),
         by_gpu=_breakdown(lines, lambda l: l.gpu, unused, total, currency),
         by_capacity=_breakdown(lines, lambda l: l.capacity, unused, total, currency),
         team_by_capacity=_team_by_capacity(lines, unused, currency),
         by_day=_by_day(lines, uses, start, end, as_of, currency),
-        forecast=_forecast(billed, reserved, start, end, as_of, currency, fx),
+        forecast=forecast,
         trend=(*_trend(session, month, trend_months, reserved, currency, rates_for, now), this),
         jobs=jobs,
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
+        team_budgets=team_month_budgets(by_team, team_budgets or {}, forecast, currency, fx),
     )
 
 
@@ -579,7 +587,7 @@ def monthly_report(settings: Settings, month: str, *, now: datetime | None = Non
             return build_report(
                 s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
                 open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
-                fx_dated=month in settings.fx_usd_cny_by_month,
+                fx_dated=month in settings.fx_usd_cny_by_month, team_budgets=settings.team_budgets,
             )
     finally:
         if own:

@@ -36,9 +36,9 @@ from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
 from scheduler.agent.package import AgentPackage
 from scheduler.app.guard import AuthFirst, bearer
-from scheduler.app.openapi import install_openapi
 from scheduler.app.metrics import CONTENT_TYPE as PROMETHEUS_TYPE
 from scheduler.app.metrics import render, store_registry
+from scheduler.app.openapi import install_openapi
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,

@@ -369,21 +369,31 @@ def daemon() -> None:
 def report(
     month: str = typer.Option(..., help="the month, e.g. 2026-11"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for the files (default: the report dir)"),
+    send: bool = typer.Option(False, "--send", help="also mail it (GPUSCHED_SMTP_URL, GPUSCHED_REPORT_MAIL_TO) and "
+                              "post its summary to the chat webhooks (GPUSCHED_WEBHOOKS) now"),
 ) -> None:
-    """Write the monthly cost report (HTML with charts, CSV, Markdown) from the store."""
-    from scheduler.accounting.reports import write_monthly_report
-    from scheduler.app.startup import open_store
+    """Write the monthly cost report (HTML with charts, CSV, Markdown, PDF) from the store; --send delivers it."""
+    from scheduler.accounting.delivery import channels_configured
+    from scheduler.accounting.report_delivery import write_and_send
 
     settings = _settings()
-    target = out_dir or settings.reports_path
-    _writable_folder(target, "--out" if out_dir else "GPUSCHED_REPORT_DIR")
-    store = open_store(settings)
-    try:
-        paths = write_monthly_report(settings, month, out_dir=out_dir, store=store)
-    finally:
-        store.dispose()
-    for kind, path in paths.items():
+    _writable_folder(out_dir or settings.reports_path, "--out" if out_dir else "GPUSCHED_REPORT_DIR")
+    if send and not channels_configured(settings):
+        raise UserError("--send has nowhere to send the report",
+                        fix="set GPUSCHED_SMTP_URL and GPUSCHED_REPORT_MAIL_TO for mail, and/or "
+                            "GPUSCHED_WEBHOOKS=slack=URL,dingtalk=URL,wecom=URL,feishu=URL for chat")
+    if send:
+        _setup_logging(settings)
+    sent = write_and_send(settings, month, out_dir=out_dir, send=send)
+    for kind, path in sent.paths.items():
         out.print(f"{kind}: {shown(path)}", highlight=False)
+    for o in sent.outcomes:
+        mark = "[green]sent[/green]  " if o.ok else "[red]FAILED[/red]"
+        out.print(f"{mark} {o.channel:<8} {escape(o.detail)}", highlight=False)
+    if sent.failed:
+        err.print(f"[red]error[/red]: {len(sent.failed)} of {len(sent.outcomes)} channel(s) failed; the report files "
+                  "above are kept. Fix the channel and run the same command again.")
+        raise typer.Exit(1)
 
 
 def _writable_folder(folder: Path, what: str) -> None:

@@ -45,6 +45,7 @@ log = get_logger(__name__)
 
 TICK_JOB = "tick"
 REPORT_JOB = "monthly-report"
+BUDGET_JOB = "budget-alerts"
 # A report that could not start on time (the pool busy) may still start this late.
 REPORT_MISFIRE_GRACE_S = 3600
 MIN_STALL = timedelta(minutes=5)
@@ -97,6 +98,7 @@ class Daemon:
         *,
         tick: Callable[[], object],
         monthly_report: Callable[[], object],
+        budget_check: Callable[[], object] | None = None,
         app: FastAPI | None = None,
         wall: Clock | None = None,
     ) -> None:
@@ -108,6 +110,7 @@ class Daemon:
         self.wall = wall or SystemClock()
         self._tick = tick
         self._report = monthly_report
+        self._budget_check = budget_check
         self._tick_trigger = IntervalTrigger(seconds=settings.tick_seconds, timezone=timezone.utc)
         self._report_trigger = _cron(settings.report_cron)
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
@@ -116,6 +119,7 @@ class Daemon:
         self._reports = _Runs()
         self.registry = CollectorRegistry(auto_describe=True)
         self.counters = DaemonMetrics(self.registry)
+        self._budget_checks = _Runs()
         self._started_wall: datetime | None = None
         self._server: uvicorn.Server | None = None
         self._stop_signal: str | None = None
@@ -147,6 +151,17 @@ class Daemon:
             misfire_grace_time=REPORT_MISFIRE_GRACE_S,
             replace_existing=True,
         )
+        if self._budget_check is not None:
+            self.scheduler.add_job(
+                self.run_budget_check,
+                IntervalTrigger(minutes=self.settings.budget_check_minutes, timezone=timezone.utc),
+                id=BUDGET_JOB,
+                name="budget alerts",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(self.settings.budget_check_minutes * 60)),
+                replace_existing=True,
+            )
         self._started_wall = self.wall.now()
         self.scheduler.start()
         log.info(
@@ -163,6 +178,11 @@ class Daemon:
     def run_monthly_report(self) -> None:
         """The monthly report; never raises."""
         self._run(self._report, self._reports, "monthly_report")
+
+    def run_budget_check(self) -> None:
+        """Team budget alerts (scheduler/accounting/budget_alerts.py); never raises."""
+        if self._budget_check is not None:
+            self._run(self._budget_check, self._budget_checks, "budget_check")
 
     def _run(self, job: Callable[[], object], runs: _Runs, what: str) -> None:
         started = self.clock.now()
@@ -197,6 +217,8 @@ class Daemon:
                                     in_a_row=streak, result=result)
             if isinstance(error, ProviderError):
                 self.counters.cloud_error(error.provider or "unknown", error.code or type(error).__name__)
+        elif runs is self._budget_checks:
+            self.counters.budget_check_done(failed=error is not None)
         else:
             self.counters.report_done(failed=error is not None)
         if error is None:
@@ -266,6 +288,9 @@ class Daemon:
                 "last_report": _iso(r.last_at),
                 "last_report_error": r.last_error if r.consecutive_errors else None,
                 "next_report": self._next_report(),
+                "last_budget_check": _iso(self._budget_checks.last_at),
+                "last_budget_check_error": self._budget_checks.last_error
+                if self._budget_checks.consecutive_errors else None,
                 "database": database,
             }
 

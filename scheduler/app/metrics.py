@@ -203,6 +203,8 @@ class DaemonMetrics:
                                    registry=registry)
         self.report_errors = PromCounter("gpusched_report_errors", "Monthly report runs that raised.",
                                          registry=registry)
+        self.budget_check_errors = PromCounter("gpusched_budget_check_errors", "Budget alert checks that raised.",
+                                               registry=registry)
 
     def tick_done(self, *, started: datetime, duration_s: float, failed: bool, in_a_row: int, result: object) -> None:
         """Feed one tick's outcome; ``result`` is the tick's report (duck-typed: the daemon runs any callable)."""
@@ -226,6 +228,10 @@ class DaemonMetrics:
     def cloud_error(self, cloud: str, code: str) -> None:
         """A cloud error that made the whole tick fail (the tick's own report never came back)."""
         self.cloud_errors.labels(cloud=cloud, code=code).inc()
+
+    def budget_check_done(self, *, failed: bool) -> None:
+        if failed:
+            self.budget_check_errors.inc()
 
     def report_done(self, *, failed: bool) -> None:
         self.reports.inc()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import structlog
 
 from providers.registry import build_providers
-from scheduler.accounting.reports import previous_month, write_monthly_report
+from scheduler.accounting.budget_alerts import check_budget_alerts
+from scheduler.accounting.report_delivery import write_and_send
+from scheduler.accounting.reports import previous_month
 from scheduler.agent.package import agent_package
 from scheduler.app.api import create_app
 from scheduler.app.daemon import Daemon
@@ -43,9 +45,18 @@ def run_daemon(settings: Settings) -> None:
         return lifecycle.tick(ctx)
 
     def monthly_report() -> object:
-        return write_monthly_report(settings, previous_month(clock.now()), now=clock.now(), store=store)
+        # The files first, then mail and chat: a channel that is down is logged and loses no file.
+        sent = write_and_send(settings, previous_month(clock.now()), now=clock.now(), store=store)
+        if sent.failed:
+            log.warning("report_delivery_incomplete", failed=[o.channel for o in sent.failed],
+                        files=[str(p) for p in sent.paths.values()])
+        return sent
 
-    daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report, app=None)
+    def budget_check() -> object:
+        return check_budget_alerts(settings, store, clock.now())
+
+    daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report,
+                    budget_check=budget_check if settings.team_budgets else None, app=None)
     app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics, agent_package=package)
     daemon.app = app
     log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,

@@ -50,6 +50,8 @@ class TickContext:
     capacity_override: dict[str, str] = field(default_factory=dict)
     capacity_moved: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> (attempt a move launched, target)
     last_tick_at: datetime | None = None
+    # Budget stops (``budget_stop``): (job, attempt) -> its progress when its team was first seen at the limit.
+    budget_stop_seen: dict[tuple[str, int], int] = field(default_factory=dict)
     # False only for the skypilot-like baseline: a preempted job restarts from scratch.
     resume_after_preemption: bool = True
     # Repeatable instance ids for simulations; None in the daemon.

@@ -48,6 +48,7 @@ from scheduler.errors import SettingsError
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
 from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
+from scheduler.lifecycle.budget_stop import stop_at_budget
 from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
@@ -117,6 +118,7 @@ def tick(ctx: TickContext) -> TickReport:
         watch_agents(ctx, now, report)
         terminate_reclaimed(ctx, now, report)
         steer(ctx, now, report)
+        stop_at_budget(ctx, now, report)
         release_cancelled(ctx, now)
         reissue_intents(ctx, now, report)
         plan_and_act(ctx, now, report)

@@ -256,3 +256,21 @@ class PerfSampleRow(Base):
     epoch_seconds: Mapped[float] = mapped_column()  # one epoch, train + val
     rate_img_s: Mapped[float] = mapped_column()
     source: Mapped[str] = mapped_column(String(16))  # agent | simulated
+
+
+class BudgetAlertRow(Base):
+    """A team-month budget threshold that was crossed and announced: each is sent once, a restart or a second
+    daemon included (the unique key is claimed before sending and released only when no channel took it)."""
+
+    __tablename__ = "budget_alerts"
+    __table_args__ = (UniqueConstraint("team", "month", "threshold_pct", name="uq_budget_alerts_team_month_pct"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    team: Mapped[str] = mapped_column(String(63))
+    month: Mapped[str] = mapped_column(String(7))  # YYYY-MM, UTC
+    threshold_pct: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())
+    actual_amount: Mapped[Decimal] = mapped_column(MONEY)  # billed this month when it was crossed
+    budget_amount: Mapped[Decimal] = mapped_column(MONEY)
+    currency: Mapped[str] = mapped_column(String(3))
+    delivered: Mapped[str] = mapped_column(Text, default="")  # the channels that took it, in words

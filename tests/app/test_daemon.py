@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 from scheduler.app.api import create_app
 from scheduler.app.client import ApiClient
-from scheduler.app.daemon import REPORT_JOB, TICK_JOB, Daemon
+from scheduler.app.daemon import BUDGET_JOB, REPORT_JOB, TICK_JOB, Daemon
 from scheduler.clock import SimClock, SystemClock
 from scheduler.errors import NoCapacity, SettingsError, UserError
 from scheduler.logs import forget_secrets
@@ -360,3 +360,30 @@ def test_sigterm_stops_the_daemon_cleanly(tmp_path: Path) -> None:
     [stopped] = [line for line in lines if line["event"] == "daemon_stopped"]
     assert stopped["reason"] == sig.name
     assert "sigterm-test-token" not in err
+
+
+def test_budget_alerts_run_on_their_own_interval_and_fail_apart(store: Store, daemons: list[Daemon]) -> None:
+    calls: list[int] = []
+
+    def check() -> None:
+        calls.append(1)
+        raise OSError("smtp down")
+
+    d = make_daemon(store, settings=settings(budget_check_minutes=5), budget_check=check)
+    daemons.append(d)
+    d.start_jobs()
+    job = d.scheduler.get_job(BUDGET_JOB)
+    assert isinstance(job.trigger, IntervalTrigger) and job.trigger.interval == timedelta(minutes=5)
+    with capture_logs() as logs:
+        d.run_budget_check()
+    assert calls == [1] and [e["event"] for e in logs] == ["budget_check_failed"]
+    health = d.health()
+    assert health["last_budget_check_error"] == "OSError: smtp down" and health["tick_errors"] == 0
+    assert "gpusched_budget_check_errors_total 1" in d.metrics()
+
+
+def test_without_budgets_there_is_no_budget_job(store: Store, daemons: list[Daemon]) -> None:
+    d = make_daemon(store)
+    daemons.append(d)
+    d.start_jobs()
+    assert d.scheduler.get_job(BUDGET_JOB) is None

@@ -1,0 +1,88 @@
+"""Sending the monthly report: the files first (HTML, CSV, Markdown, PDF), then mail and chat.
+
+The files are written before anything is sent, so a mail server or webhook that is down loses
+nothing: the outcome names the channel that failed and why, and the files stay where they are.
+The monthly cron (``scheduler/app/wiring.py``) and ``gpusched report --send`` both come here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
+from scheduler.accounting.report_models import MonthlyReport
+from scheduler.accounting.report_pdf import write_pdf
+from scheduler.accounting.report_render import fmt_money, fmt_pct, render_html, render_markdown, write_report
+from scheduler.accounting.reports import monthly_report
+from scheduler.settings import Settings
+from scheduler.store.database import Store
+
+__all__ = ["SentReport", "report_notice", "send_report", "write_and_send"]
+
+_TOP_TEAMS = 5
+
+
+class SentReport:
+    """The files written and what each channel did with them."""
+
+    def __init__(self, paths: Mapping[str, Path], outcomes: list[Delivered]) -> None:
+        self.paths = dict(paths)
+        self.outcomes = outcomes
+
+    @property
+    def failed(self) -> list[Delivered]:
+        return [o for o in self.outcomes if not o.ok]
+
+
+def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
+    """The chat message for a month's report: the headline, the biggest teams, team budgets, where the files are."""
+    r = report
+    facts: list[tuple[str, str]] = [("Total (amortized)", fmt_money(r.total))]
+    if r.forecast is not None:
+        facts.append(("Forecast to month end", fmt_money(r.forecast.total)))
+    facts += [
+        ("Billed by the hour", fmt_money(r.billed)),
+        ("Reservation fees", fmt_money(r.reserved_fees)),
+        ("Saved vs on-demand", f"{fmt_money(r.savings)} ({fmt_pct(r.savings_pct)})"),
+    ]
+    for b in r.by_team[:_TOP_TEAMS]:
+        facts.append((f"Team {b.key}", f"{fmt_money(b.cost)} ({fmt_pct(b.share_pct)})"))
+    for t in r.team_budgets:
+        facts.append((f"Budget {t.team}", f"{fmt_pct(t.used_pct)} of {fmt_money(t.budget)} used, forecast "
+                                          f"{fmt_pct(t.forecast_pct)}"))
+    names = ", ".join(p.name for p in paths.values())
+    return Notice(
+        title=f"GPU spend {r.month}: {fmt_money(r.total)}" + ("" if r.forecast is None else " so far"),
+        facts=tuple(facts),
+        footer=f"Report files: {names}" if names else None,
+        severity="warning" if any(t.over_budget for t in r.team_budgets) else "info",
+    )
+
+
+def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, Path], *,
+                http: httpx.Client | None = None) -> list[Delivered]:
+    """Mail the report (HTML body, PDF and CSV attached) and post its summary to every webhook."""
+    mail = None
+    if settings.smtp_url is not None and settings.report_mail_to:
+        attachments = [paths[k] for k in ("pdf", "csv") if k in paths]
+        mail = mail_message(
+            sender=settings.report_mail_from, to=settings.report_mail_to,
+            subject=f"GPU spend report {report.month}: {fmt_money(report.total)}", at=report.generated_at,
+            text=render_markdown(report), html=render_html(report), attachments=attachments,
+        )  # fmt: skip
+    return deliver(settings, report_notice(report, paths), mail=mail, http=http)
+
+
+def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
+                   store: Store | None = None, send: bool = True, http: httpx.Client | None = None) -> SentReport:
+    """Write the month's report files (the PDF too) and, with ``send`` and channels set up, deliver them."""
+    report = monthly_report(settings, month, now=now, store=store)
+    folder = out_dir or settings.reports_path
+    paths = write_report(report, folder)
+    paths["pdf"] = write_pdf(report, folder)
+    outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
+    return SentReport(paths, outcomes)
