@@ -375,6 +375,7 @@ def report(
     """Write the monthly cost report (HTML with charts, CSV, Markdown, PDF) from the store; --send delivers it."""
     from scheduler.accounting.delivery import channels_configured
     from scheduler.accounting.report_delivery import write_and_send
+    from scheduler.app.startup import open_store
 
     settings = _settings()
     _writable_folder(out_dir or settings.reports_path, "--out" if out_dir else "GPUSCHED_REPORT_DIR")
@@ -384,7 +385,11 @@ def report(
                             "GPUSCHED_WEBHOOKS=slack=URL,dingtalk=URL,wecom=URL,feishu=URL for chat")
     if send:
         _setup_logging(settings)
-    sent = write_and_send(settings, month, out_dir=out_dir, send=send)
+    store = open_store(settings)  # the data folder and the store checked: one line each when they are not sound
+    try:
+        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store)
+    finally:
+        store.dispose()
     for kind, path in sent.paths.items():
         out.print(f"{kind}: {shown(path)}", highlight=False)
     for o in sent.outcomes:
