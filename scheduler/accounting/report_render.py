@@ -341,7 +341,7 @@ def render_markdown(report: MonthlyReport) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     # A mailer or web server reading the report never sees half a file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -359,6 +359,6 @@ def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
     paths = {}
     for ext, render in (("html", render_html), ("csv", render_csv), ("md", render_markdown)):
         path = out_dir / f"report-{report.month}.{ext}"
-        _write_atomic(path, render(report))
+        write_atomic(path, render(report))
         paths[ext] = path
     return paths

@@ -239,12 +239,13 @@ def daemon() -> None:
 def report(
     month: str = typer.Option(..., help="the month, e.g. 2026-11"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for the files (default: the report dir)"),
+    focus: bool = typer.Option(False, "--focus", help="also the month's ledger as FinOps FOCUS 1.0 (focus-MONTH.csv)"),
 ) -> None:
-    """Write the monthly cost report (HTML with charts, CSV, Markdown) from the store."""
+    """Write the monthly cost report (HTML with charts, CSV, Markdown, XLSX) from the store."""
     from scheduler.accounting.reports import write_monthly_report
 
     settings = _settings()
-    paths = write_monthly_report(settings, month, out_dir=out_dir)
+    paths = write_monthly_report(settings, month, out_dir=out_dir, focus=focus)
     for kind, path in paths.items():
         out.print(f"{kind}: {path}")
 
