@@ -16,7 +16,7 @@ import tempfile
 from datetime import timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -341,12 +341,16 @@ def render_markdown(report: MonthlyReport) -> str:
     return "\n".join(lines)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, content: str | bytes) -> None:
     # A mailer or web server reading the report never sees half a file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        if isinstance(content, bytes):
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(content)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -354,10 +358,15 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
-    """Write report-<month>.html/.csv/.md into ``out_dir``; returns {"html"|"csv"|"md": path}."""
+    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}."""
+    # Imported here: openpyxl's import time is paid only when files are written.
+    from scheduler.accounting.report_xlsx import render_xlsx
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for ext, render in (("html", render_html), ("csv", render_csv), ("md", render_markdown)):
+    renderers: tuple[tuple[str, Callable[[MonthlyReport], str | bytes]], ...] = (
+        ("html", render_html), ("csv", render_csv), ("md", render_markdown), ("xlsx", render_xlsx))
+    for ext, render in renderers:
         path = out_dir / f"report-{report.month}.{ext}"
         write_atomic(path, render(report))
         paths[ext] = path

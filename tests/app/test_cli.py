@@ -76,12 +76,21 @@ def test_report_rejects_a_malformed_month(tmp_path, month):
     assert r.returncode == 2 and "month" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_report_from_an_empty_store_writes_three_files(tmp_path):
+def test_report_from_an_empty_store_writes_four_files(tmp_path):
     r = gpusched("report", "--month", "2026-11", "--out", str(tmp_path / "out"),
                  env={"GPUSCHED_DATA_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["report-2026-11.csv", "report-2026-11.html", "report-2026-11.md"]
+    assert names == ["report-2026-11.csv", "report-2026-11.html", "report-2026-11.md", "report-2026-11.xlsx"]
+
+
+def test_report_focus_writes_the_focus_file_beside_the_others(tmp_path):
+    r = gpusched("report", "--month", "2026-11", "--focus", env={"GPUSCHED_DATA_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert "focus-2026-11.csv" in names and "report-2026-11.html" in names
+    header = (tmp_path / "reports" / "focus-2026-11.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("AvailabilityZone,BilledCost,BillingAccountId")
 
 
 def test_providers_check_prints_one_line_per_provider_and_no_secret():
