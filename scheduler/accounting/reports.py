@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
+from scheduler.accounting.advice import advise
 from scheduler.accounting.focus import FocusRow, focus_rows, write_focus
 from scheduler.accounting.report_lines import (
     RESERVED,
@@ -453,6 +454,7 @@ def build_report(
     fx_dated: bool = False,
     trend_months: int = 3,
     notes: Sequence[str] = (),
+    advice_days: int = 30,
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
@@ -462,6 +464,7 @@ def build_report(
     ``fx`` converts this month; ``fx_for(month)`` the earlier months of the trend and of jobs' cost
     to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
+    ``advice_days``: how far back (30-90 days before the report's figures end) the advice looks.
     """
     start, end = month_bounds(month)
     if currency not in CURRENCIES:
@@ -562,6 +565,8 @@ def build_report(
         jobs=jobs,
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
+        advice=advise(session, as_of, currency=currency, fx=fx, lookback_days=advice_days,
+                      open_costs=open_costs or ()),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -9,8 +11,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 from scheduler.accounting.advice import GpuUse, Sample, advise, best_commitment, right_sizing
+from scheduler.accounting.reports import render_csv, render_html, render_markdown
 from scheduler.store.tables import PerfSampleRow
-from tests.accounting.test_reports import FX, Ledger
+from tests.accounting.test_reports import FX, Ledger, report_for
 
 UTC = timezone.utc
 H = 720  # hours in the replayed window
@@ -141,3 +144,23 @@ def test_right_sizing_reads_the_measured_epochs(session: Session, ledger: Ledger
     [advice] = advise(session, datetime(2026, 12, 1, tzinfo=UTC), currency="CNY", fx=FX).right_sizing
     assert (advice.gpu, advice.cheaper_gpu, advice.gpu_hours) == ("A100", "L4", 10)
     assert advice.saving.amount == 300 - 10 * Decimal(100) / Decimal(99) * 8
+
+
+def test_the_report_shows_the_advice(session: Session, ledger: Ledger) -> None:
+    on_demand_month(ledger, 24)
+    report = report_for(session)
+    assert report.advice is not None and len(report.advice.commitments) == 2
+    md = render_markdown(report)
+    section = md[md.index("## Advice"):md.index("## By team")]
+    assert "1-year reservation, no upfront | alibaba r1 g5.xlarge | 1 machine(s) | 7.00 CNY/h | 100.0% | 70.0% " \
+           "| 2,160.00 CNY" in section
+    html = render_html(report)
+    assert "<h2>Advice</h2>" in html and "2,160.00 CNY" in html[html.index("<h2>Advice</h2>"):]
+    rows = [r for r in csv.DictReader(io.StringIO(render_csv(report))) if r["section"] == "advice_commitment"]
+    assert {r["savings"] for r in rows} == {"2160.00", "1440.00"}
+
+
+def test_the_report_says_when_nothing_would_save(session: Session, ledger: Ledger) -> None:
+    on_demand_month(ledger, 4)
+    md = render_markdown(report_for(session))
+    assert "No commitment or GPU change would have saved over the window." in md
