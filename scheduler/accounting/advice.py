@@ -279,7 +279,9 @@ def advise(
                            f"ledger has {seconds(hi - lo) / 86400:.1f}.")  # fmt: skip
     lines = _window_lines(session, lo, hi, open_costs)
     found = commitments(lines, lo, hi, currency, fx, terms)
-    gpus = dict(session.execute(select(InstanceRow.id, InstanceRow.gpu_count)).tuples().all())
+    ids = sorted({line.instance_id for line in lines})
+    counts = select(InstanceRow.id, InstanceRow.gpu_count).where(InstanceRow.id.in_(ids))
+    gpus = dict(session.execute(counts).tuples().all())
     use = []
     for line in lines:
         if line.job_id is None or line.kind == "idle" or not line.hours:
