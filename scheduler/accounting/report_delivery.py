@@ -14,10 +14,11 @@ from pathlib import Path
 import httpx
 
 from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
+from scheduler.accounting.focus import write_focus
 from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_pdf import write_pdf
 from scheduler.accounting.report_render import fmt_money, fmt_pct, render_html, render_markdown, write_report
-from scheduler.accounting.reports import monthly_report
+from scheduler.accounting.reports import monthly_report_and_focus
 from scheduler.settings import Settings
 from scheduler.store.database import Store
 
@@ -78,11 +79,15 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
 
 
 def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
-                   store: Store | None = None, send: bool = True, http: httpx.Client | None = None) -> SentReport:
-    """Write the month's report files (the PDF too) and, with ``send`` and channels set up, deliver them."""
-    report = monthly_report(settings, month, now=now, store=store)
+                   store: Store | None = None, send: bool = True, http: httpx.Client | None = None,
+                   focus: bool = False) -> SentReport:
+    """Write the month's report files (the PDF too; with ``focus`` the FOCUS file) and, with ``send`` and
+    channels set up, deliver them."""
+    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
     folder = out_dir or settings.reports_path
     paths = write_report(report, folder)
+    if rows is not None:
+        paths["focus"] = write_focus(rows, month, folder)
     paths["pdf"] = write_pdf(report, folder)
     outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
     return SentReport(paths, outcomes)

@@ -34,6 +34,7 @@ SCALE = Decimal("1e-12")
 class CostLike(Protocol):
     """What the report reads from a cost line: a CostRecordRow, or the ledger's open-interval view."""
 
+    instance_id: str
     job_id: str | None
     team: str
     project: str | None
@@ -70,6 +71,7 @@ class Line:
     cost: Decimal  # as billed (0 for a reserved machine)
     on_demand: Decimal
     fee: Decimal = Decimal(0)  # its share of a reservation's amortized fee (busy reserved hours only)
+    instance_id: str = ""  # the machine; the FOCUS export's ResourceId
 
     @property
     def reserved(self) -> bool:
@@ -124,7 +126,7 @@ def to_line(raw: CostLike, currency: str, fx: FxRates) -> Line:
         region=raw.region, instance_type=raw.instance_type, gpu=raw.gpu, capacity=raw.capacity,
         start=utc(raw.start), end=utc(raw.end), hours=Decimal(raw.hours),
         cost=convert(raw.amount, raw.currency, currency, fx),
-        on_demand=convert(raw.on_demand_amount, raw.currency, currency, fx),
+        on_demand=convert(raw.on_demand_amount, raw.currency, currency, fx), instance_id=raw.instance_id,
     )  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 
+from scheduler.accounting.advice import Advice
 from scheduler.models import Frozen
 from scheduler.money import Money
 
@@ -211,6 +212,7 @@ class MonthlyReport(Frozen):
     budget_vs_actual: tuple[TeamBudget, ...]
     notes: tuple[str, ...]
     team_budgets: tuple[TeamMonthBudget, ...] = ()  # the teams with a monthly budget in the settings
+    advice: Advice | None = None  # commitments and right-sizing over the days before ``as_of``
 
     @property
     def empty(self) -> bool:

@@ -16,10 +16,11 @@ import tempfile
 from datetime import timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from scheduler.accounting.advice import CommitmentAdvice, RightSizing
 from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
 from scheduler.money import Money
 
@@ -155,7 +156,8 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label)
+    env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label,
+                       commitment=commitment_cells, sizing=right_sizing_cells)
     return env
 
 
@@ -166,6 +168,8 @@ def render_html(report: MonthlyReport) -> str:
         r=report,
         charts=render_charts(report),
         breakdowns=BREAKDOWNS,
+        commitment_headers=COMMITMENT_HEADERS,
+        sizing_headers=RIGHT_SIZING_HEADERS,
         last_day=(report.period_end - timedelta(days=1)).date(),
     )
 
@@ -227,6 +231,14 @@ def render_csv(report: MonthlyReport) -> str:
         row("team_budget", tb.team, cost=tb.budget)
         row("team_actual", tb.team, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
         row("team_forecast", tb.team, cost=tb.forecast, share_pct=tb.forecast_pct)
+    if r.advice is not None:
+        for a in r.advice.commitments:
+            key = f"{a.term.name}: {a.scope} x {a.level.normalize():f}, break-even {fmt_pct(a.break_even * _HUNDRED)}"
+            row("advice_commitment", key, hours=a.window_days * 24, cost=a.hourly_commitment, savings=a.saving,
+                on_demand_equivalent=a.on_demand, utilisation_pct=a.utilisation * _HUNDRED)  # fmt: skip
+        for z in r.advice.right_sizing:
+            row("advice_right_sizing", f"{z.model} @{z.img_size}: {z.gpu} -> {z.cheaper_gpu}", hours=z.gpu_hours,
+                savings=z.saving)  # fmt: skip
     for j in r.jobs:
         row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
             savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
@@ -284,6 +296,43 @@ def breakdown_cells(b: Breakdown) -> tuple[str, ...]:
             fmt_money(b.reserved_fee), fmt_money(b.cost), fmt_pct(b.share_pct))  # fmt: skip
 
 
+def commitment_level(a: CommitmentAdvice) -> str:
+    if a.term.kind == "reservation":
+        return f"{a.level.normalize():f} machine(s)"
+    return f"{fmt_money(Money(amount=a.level, currency=a.saving.currency))}/h of on-demand"
+
+
+def commitment_cells(a: CommitmentAdvice) -> tuple[str, ...]:
+    return (a.term.name, a.scope, commitment_level(a), fmt_money(a.hourly_commitment) + "/h",
+            fmt_pct(a.utilisation * _HUNDRED), fmt_pct(a.break_even * _HUNDRED), fmt_money(a.saving),
+            fmt_money(a.saving_per_month))  # fmt: skip
+
+
+COMMITMENT_HEADERS = ("commitment", "for", "size", "costs", "used", "break-even", "saves (window)", "saves per month")
+RIGHT_SIZING_HEADERS = ("job class", "ran on", "GPU-h", "as fast on", "images/s per GPU", "on-demand per GPU-h",
+                        "saves")  # fmt: skip
+
+
+def right_sizing_cells(z: RightSizing) -> tuple[str, ...]:
+    return (f"{z.model} @{z.img_size}", z.gpu, fmt_hours(z.gpu_hours), z.cheaper_gpu,
+            f"{z.rate:.1f} -> {z.cheaper_rate:.1f}", f"{fmt_money(z.price)} -> {fmt_money(z.cheaper_price)}",
+            fmt_money(z.saving))  # fmt: skip
+
+
+def _md_advice(r: MonthlyReport) -> list[str]:
+    a = r.advice
+    if a is None:
+        return []
+    lines = ["## Advice", ""]
+    if a.commitments:
+        lines += _md_table(COMMITMENT_HEADERS, [commitment_cells(c) for c in a.commitments])
+    elif not a.right_sizing:
+        lines += ["No commitment or GPU change would have saved over the window.", ""]
+    if a.right_sizing:
+        lines += _md_table(RIGHT_SIZING_HEADERS, [right_sizing_cells(z) for z in a.right_sizing])
+    return [*lines, a.note, ""]
+
+
 def render_markdown(report: MonthlyReport) -> str:
     r = report
     lines = [f"# GPU spend report {r.month}", "", f"Generated {r.generated_at:%Y-%m-%d %H:%M} UTC, in {r.currency}."]
@@ -317,6 +366,7 @@ def render_markdown(report: MonthlyReport) -> str:
                 trend.append((f"{r.month} (forecast)", fmt_money(f.billed), fmt_money(f.reserved_fees),
                               fmt_money(f.total), "-"))  # fmt: skip
             lines += _md_table(("month", "billed", "reservation fees", "total", "saved vs on-demand"), trend)
+        lines += _md_advice(r)
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]
             lines += _md_table((title, *BREAKDOWN_HEADERS), [breakdown_cells(b) for b in getattr(r, attr)])
@@ -356,12 +406,16 @@ def render_markdown(report: MonthlyReport) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, content: str | bytes) -> None:
     # A mailer or web server reading the report never sees half a file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        if isinstance(content, bytes):
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(content)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -369,11 +423,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
-    """Write report-<month>.html/.csv/.md into ``out_dir``; returns {"html"|"csv"|"md": path}."""
+    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}."""
+    # Imported here: openpyxl's import time is paid only when files are written.
+    from scheduler.accounting.report_xlsx import render_xlsx
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for ext, render in (("html", render_html), ("csv", render_csv), ("md", render_markdown)):
+    renderers: tuple[tuple[str, Callable[[MonthlyReport], str | bytes]], ...] = (
+        ("html", render_html), ("csv", render_csv), ("md", render_markdown), ("xlsx", render_xlsx))
+    for ext, render in renderers:
         path = out_dir / f"report-{report.month}.{ext}"
-        _write_atomic(path, render(report))
+        write_atomic(path, render(report))
         paths[ext] = path
     return paths

@@ -19,12 +19,14 @@ from collections import defaultdict
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
+from scheduler.accounting.advice import advise
+from scheduler.accounting.focus import FocusRow, focus_rows, write_focus
 from scheduler.accounting.report_lines import (
     RESERVED,
     CostLike,
@@ -109,6 +111,7 @@ NO_PROJECT = "(no project)"
 _MONTH_RE = re.compile(r"^([1-9][0-9]{3})-(0[1-9]|1[0-2])$")
 _HUNDRED = Decimal(100)
 _SECONDS_PER_HOUR = Decimal(3600)
+T = TypeVar("T")
 
 
 # --- months ------------------------------------------------------------------
@@ -457,6 +460,7 @@ def build_report(
     trend_months: int = 3,
     notes: Sequence[str] = (),
     team_budgets: Mapping[str, Money] | None = None,
+    advice_days: int = 30,
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
@@ -467,6 +471,7 @@ def build_report(
     to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
     ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast.
+    ``advice_days``: how far back (30-90 days before the report's figures end) the advice looks.
     """
     start, end = month_bounds(month)
     if currency not in CURRENCIES:
@@ -570,32 +575,70 @@ def build_report(
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
         team_budgets=team_month_budgets(by_team, team_budgets or {}, forecast, currency, fx),
+        advice=advise(session, as_of, currency=currency, fx=fx, lookback_days=advice_days,
+                      open_costs=open_costs or ()),
     )
 
 
-def monthly_report(settings: Settings, month: str, *, now: datetime | None = None,
-                   store: Store | None = None) -> MonthlyReport:
-    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates."""
-    now = now or SystemClock().now()
+def _in_store(settings: Settings, store: Store | None, work: Callable[[Session], T]) -> T:
     own = store is None
     store = store or Store(settings.db_url)
     if own:
         store.migrate()
     try:
         with store.session() as s:
-            ledger.account(s, now)
-            return build_report(
-                s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
-                open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
-                fx_dated=month in settings.fx_usd_cny_by_month, team_budgets=settings.team_budgets,
-            )
+            return work(s)
     finally:
         if own:
             store.dispose()
 
 
+def _report_in(s: Session, settings: Settings, month: str, now: datetime) -> MonthlyReport:
+    ledger.account(s, now)
+    return build_report(
+        s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
+        open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
+        fx_dated=month in settings.fx_usd_cny_by_month, team_budgets=settings.team_budgets,
+    )
+
+
+def monthly_report(settings: Settings, month: str, *, now: datetime | None = None,
+                   store: Store | None = None) -> MonthlyReport:
+    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates."""
+    at = now or SystemClock().now()
+    return _in_store(settings, store, lambda s: _report_in(s, settings, month, at))
+
+
+def _focus_in(s: Session, settings: Settings, month: str, now: datetime) -> list[FocusRow]:
+    start, end = month_bounds(month)
+    return focus_rows(
+        s, month, start=start, end=end, as_of=_as_of(start, end, utc(now)), currency=settings.report_currency,
+        fx=settings.fx_for(month), reserved=settings.reserved, open_costs=ledger.open_costs(s, utc(now)),
+        account=f"gpusched-{settings.cluster}",
+    )
+
+
+def monthly_report_and_focus(settings: Settings, month: str, *, now: datetime | None = None,
+                             store: Store | None = None,
+                             focus: bool = False) -> tuple[MonthlyReport, list[FocusRow] | None]:
+    """The month's report and, with ``focus``, its ledger as FOCUS rows, from one accounting up to ``now``."""
+    at = now or SystemClock().now()
+
+    def work(s: Session) -> tuple[MonthlyReport, list[FocusRow] | None]:
+        report = _report_in(s, settings, month, at)
+        return report, (_focus_in(s, settings, month, at) if focus else None)
+
+    return _in_store(settings, store, work)
+
+
 def write_monthly_report(settings: Settings, month: str, *, out_dir: Path | None = None,
-                         now: datetime | None = None, store: Store | None = None) -> dict[str, Path]:
-    """Account open usage up to ``now`` and write the month's report files."""
-    report = monthly_report(settings, month, now=now, store=store)
-    return write_report(report, out_dir or settings.reports_path)
+                         now: datetime | None = None, store: Store | None = None,
+                         focus: bool = False) -> dict[str, Path]:
+    """Account open usage up to ``now`` and write the month's report files; with ``focus``, the month's
+    ledger as a FOCUS 1.0 file (focus-<month>.csv) beside them, from the same accounting."""
+    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
+    folder = out_dir or settings.reports_path
+    paths = write_report(report, folder)
+    if rows is not None:
+        paths["focus"] = write_focus(rows, month, folder)
+    return paths

@@ -371,8 +371,9 @@ def report(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for the files (default: the report dir)"),
     send: bool = typer.Option(False, "--send", help="also mail it (GPUSCHED_SMTP_URL, GPUSCHED_REPORT_MAIL_TO) and "
                               "post its summary to the chat webhooks (GPUSCHED_WEBHOOKS) now"),
+    focus: bool = typer.Option(False, "--focus", help="also the month's ledger as FinOps FOCUS 1.0 (focus-MONTH.csv)"),
 ) -> None:
-    """Write the monthly cost report (HTML with charts, CSV, Markdown, PDF) from the store; --send delivers it."""
+    """Write the monthly cost report (HTML with charts, CSV, Markdown, XLSX, PDF) from the store; --send delivers it."""
     from scheduler.accounting.delivery import channels_configured
     from scheduler.accounting.report_delivery import write_and_send
     from scheduler.app.startup import open_store
@@ -387,7 +388,7 @@ def report(
         _setup_logging(settings)
     store = open_store(settings)  # the data folder and the store checked: one line each when they are not sound
     try:
-        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store)
+        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store, focus=focus)
     finally:
         store.dispose()
     for kind, path in sent.paths.items():

@@ -492,12 +492,13 @@ def test_an_empty_month_renders(session: Session, tmp_path: Path) -> None:
     [total] = [row for row in csv.DictReader(io.StringIO(render_csv(r))) if row["section"] == "total"]
     assert total["cost"] == "0.00"
     paths = write_report(r, tmp_path / "out")
-    assert {p.name for p in paths.values()} == {"report-2026-02.html", "report-2026-02.csv", "report-2026-02.md"}
+    assert {p.name for p in paths.values()} == {"report-2026-02.html", "report-2026-02.csv", "report-2026-02.md",
+                                                "report-2026-02.xlsx"}
 
 
-def test_write_report_writes_the_three_renderings(mixed_report: MonthlyReport, tmp_path: Path) -> None:
+def test_write_report_writes_the_four_renderings(mixed_report: MonthlyReport, tmp_path: Path) -> None:
     paths = write_report(mixed_report, tmp_path / "reports")
-    assert set(paths) == {"html", "csv", "md"}
+    assert set(paths) == {"html", "csv", "md", "xlsx"}
     assert paths["csv"].read_text(encoding="utf-8") == render_csv(mixed_report)
     assert paths["md"].read_text(encoding="utf-8") == render_markdown(mixed_report)
     assert paths["html"].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

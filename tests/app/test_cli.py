@@ -81,8 +81,17 @@ def test_report_from_an_empty_store_writes_four_files(tmp_path):
                  env={"GPUSCHED_DATA_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == ["report-2026-11.csv", "report-2026-11.html", "report-2026-11.md", "report-2026-11.pdf"]
+    assert names == [f"report-2026-11.{ext}" for ext in ("csv", "html", "md", "pdf", "xlsx")]
     assert (tmp_path / "out" / "report-2026-11.pdf").read_bytes().startswith(b"%PDF-")
+
+
+def test_report_focus_writes_the_focus_file_beside_the_others(tmp_path):
+    r = gpusched("report", "--month", "2026-11", "--focus", env={"GPUSCHED_DATA_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert "focus-2026-11.csv" in names and "report-2026-11.html" in names
+    header = (tmp_path / "reports" / "focus-2026-11.csv").read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("AvailabilityZone,BilledCost,BillingAccountId")
 
 
 def test_providers_check_prints_one_line_per_provider_and_no_secret():

@@ -61,7 +61,7 @@ def test_spend_is_exact_and_below_on_demand(demo):
 
 def test_report_files_and_summary(demo):
     result, text = demo
-    assert set(result.report_paths) == {"html", "csv", "md"}
+    assert set(result.report_paths) == {"html", "csv", "md", "xlsx"}
     html = result.report_paths["html"].read_text()
     assert html.count("data:image/png;base64,") >= 2
     for team in ("vision-qa", "retail-ai", "traffic-ops"):
