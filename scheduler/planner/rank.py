@@ -598,8 +598,9 @@ class Ranking:
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
         """The best candidate whose timing ``keep`` accepts (there must be one): the best such line
         (its first member is its best), from the heap's entries and those of the placeholders whose
-        timing ``keep`` accepts, so only that group is scored in full. (The heap itself holds no entry
-        twice: placeholders expanded in it are gone from it.)"""
+        timing ``keep`` accepts (of a late one not expanded yet, only its cheapest groups:
+        ``Scorer._add_cheapest_late``), so only that group is scored in full. (The heap itself holds no
+        entry twice: placeholders expanded in it are gone from it.)"""
         found: list[Entry]
         sc, found = self.scorer, []
         for entry in self._heap:
