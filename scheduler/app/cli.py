@@ -23,7 +23,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -126,6 +126,9 @@ class _Cli(TyperGroup):
                 raise
             _fail(exc, ctx)
 
+
+if TYPE_CHECKING:  # the CLI imports the simulator only when a command needs it
+    from scheduler.simulation.simulate import Progress as SimRunProgress
 
 app = typer.Typer(
     cls=_Cli,
@@ -508,11 +511,13 @@ def simulate(
     lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
     tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                        "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                            help="a progress bar on stderr [default: when stderr is a terminal]"),
 ) -> None:
     """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary.
 
     The summary JSON goes to stdout; the fair score (what the bill bought) and why jobs failed or
-    were late go to stderr as a table.
+    were late go to stderr as a table, after a progress bar while it runs (on a terminal).
     """
     from providers.catalog import load_catalog
     from scheduler.logs import configure_logging
@@ -537,7 +542,9 @@ def simulate(
         from scheduler.simulation.lower_bound import lower_bound as solve_lower_bound
 
         bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
-    summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings)
+    with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
+        summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
+                                 progress=bar.update)
     text = summary.to_json()
     if output:
         try:
@@ -549,6 +556,36 @@ def simulate(
         write_explain_csv(summary.explained, explain)
     sys.stdout.write(text + "\n")
     _print_fair_score(summary)
+
+
+class _SimProgress:
+    """``gpusched simulate``'s progress bar (rich): jobs submitted out of the trace's, the simulated day
+    and ticks; once every job is in, the run goes on until the last ones end. Redrawn at most 4 times a
+    second whatever the tick rate, and nothing at all when disabled."""
+
+    def __init__(self, console: Console, policy: str, jobs: int, *, enabled: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                             console=console, disable=not enabled, refresh_per_second=4, transient=False)
+        self._task = self._bar.add_task(f"simulate {policy}: jobs submitted", total=jobs, status="")
+        self._start: datetime | None = None
+
+    def __enter__(self) -> _SimProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def update(self, p: SimRunProgress) -> None:
+        if self._start is None:
+            self._start = p.now
+        day = (p.now - self._start).total_seconds() / 86400
+        waiting = "" if p.submitted < p.jobs else ", finishing the last jobs"
+        self._bar.update(self._task, completed=p.submitted,
+                         status=f"day {day:.1f}, {p.ticks:,} ticks{waiting}")
 
 
 def _print_fair_score(summary) -> None:

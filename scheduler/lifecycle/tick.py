@@ -218,9 +218,10 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
     decisions = _plan_isolated(ctx, now, report, jobs, offers, fleet, measured, budgets)
+    by_id = {j.id: j for j in jobs}  # not a scan of the queue per decision: quadratic in a long queue
     for d in decisions:
         try:
-            _act(ctx, now, _best_effort(ctx, d, jobs, offers, fleet, now, measured), report)
+            _act(ctx, now, _best_effort(ctx, d, by_id[d.job_id], offers, now, measured), report)
         except Exception as exc:  # noqa: BLE001 - SimulatedCrash is a BaseException and still goes through
             set_aside(ctx, now, report, d.job_id, f"its plan could not be carried out ({describe(exc)})",
                       fail=False, exc=exc)
@@ -273,10 +274,9 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
     return out
 
 
-def _best_effort(ctx: TickContext, d: Decision, jobs: list[PlanJob], offers: list, fleet: list, now: datetime,
+def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now: datetime,
                  measured: dict) -> Decision:
     """A job that already ran and can no longer meet its deadline is finished on on-demand, not thrown away."""
-    job = next(j for j in jobs if j.id == d.job_id)
     if d.action != "refuse" or not (job.epochs_done or job.preemptions) or job.deadline_at is None:
         return d
     spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": "on-demand"})})

@@ -142,8 +142,10 @@ class CandidateBook:
         self.taken: dict[int, str] = {}  # slot index -> the job it went to
         self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
         self._rates: dict[tuple[str, str], Decimal] = {}
-        self._money: dict[tuple[Decimal, bool], Money] = {}
-        self._more: dict[tuple[Decimal, bool], str] = {}
+        # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
+        # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
+        self._money: dict[str, Money] = {}
+        self._more: dict[str, str] = {}
         self._matching: dict[Filter, list[list[Group]]] = {}
         self._keys: dict[tuple, int] = {}  # interned setups, timings and shapes (tagged)
         groups: dict[tuple, Group] = {}
@@ -236,7 +238,7 @@ class CandidateBook:
 
     def more(self, extra: Decimal) -> str:
         """A feasible runner-up's why: ``extra`` more than the choice (to the cent, policy currency)."""
-        key = (extra, extra.is_signed())
+        key = str(extra)
         text = self._more.get(key)
         if text is None:
             text = self._more[key] = f"feasible; {self.money(extra)} more"
@@ -244,7 +246,7 @@ class CandidateBook:
 
     def money(self, cost: Decimal) -> Money:
         """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs."""
-        key = (cost, cost.is_signed())  # 0.00 == -0.00, but they print differently
+        key = str(cost)  # not the Decimal: 0.00 == -0.00, but they print differently (and see ``_money``)
         m = self._money.get(key)
         if m is None:
             m = self._money[key] = Money(amount=cost, currency=self.policy.currency)

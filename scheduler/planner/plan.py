@@ -372,8 +372,13 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 def _deadline_refusal(p: _Planning) -> str:
     now, safety = p.book.now, p.book.policy.deadline_safety
-    soonest = min(t.needed(now, safety) for t, _ in p.ranking.bundles if t.est_blocker is None)
-    s, mem, _ = p.ranking.best(lambda t: t.est_blocker is None and t.needed(now, safety) == soonest)
+    timings = [t for t, _ in p.ranking.bundles if t.est_blocker is None]
+    needs = [t.needed(now, safety) for t in timings]
+    soonest = min(needs)
+    # The timings that meet the soonest deadline, by identity (``Timing`` compares so): each bundle's
+    # ``needed`` is computed once, not again for every heap entry ``best`` looks at.
+    fastest = {t for t, need in zip(timings, needs, strict=True) if need == soonest}
+    s, mem, _ = p.ranking.best(fastest.__contains__)
     job = p.job
     assert job.deadline_at is not None
     finish, deadline = s.timing.finish, job.deadline_at

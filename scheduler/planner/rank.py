@@ -254,18 +254,20 @@ class Scorer:
         """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
         and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
         heap: list[Entry | Placeholder]
-        matching, heap = self.book.matching(f), []
+        book = self.book
+        matching, heap = book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
         nodes, expected_cost = self._nodes, cost.expected_cost
+        base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
         best = Rank.BLOCKED if self.past_deadline else Rank.FEASIBLE  # the best rank a placeholder's candidates have
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
-                hours: Decimal | Literal[False] | None = self._base.get(g.est_keys[self._by_gpu], False)
+                hours: Decimal | Literal[False] | None = base.get(g.est_keys[by_gpu], False)
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
-                    hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
+                    hourly = g.hourly.get(nodes) or book.hourly(g, nodes)
                     floor: Floor = (True, expected_cost(hourly.amount, hours))  # new machines, at least this
                     heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
                     continue
@@ -303,13 +305,15 @@ class Scorer:
         key = g.est_keys[self._by_gpu]
         got: Decimal | Literal[False] | None = self._base.get(key, False)
         if got is False:
-            est = self._estimate(g)
-            fits = isinstance(est, Figures) and est.fits and math.isfinite(est.hours)
+            est = self._estimate(g, key)
+            fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
             got = self._base[key] = Decimal(repr(est.hours)) if fits else None  # type: ignore[union-attr]
         return got
 
-    def _estimate(self, g: Group) -> Figures | str:
-        key = g.est_keys[self._by_gpu]
+    def _estimate(self, g: Group, key: int | None = None) -> Figures | str:
+        """``perf``'s figures for ``g``'s setup (``key``: its est key, when the caller has read it)."""
+        if key is None:
+            key = g.est_keys[self._by_gpu]
         est = self._estimates.get(key)
         if est is None:
             if self._figures is None:
@@ -406,6 +410,25 @@ class Scorer:
                 runs = g.runs.open
             prefix = _new(Prefix, (g.not_reserved, c, g.not_warm, finish, g.provider, g.region))  # as _score's
             for r, line in runs:
+                out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
+
+    def _add_cheapest_late(self, out: list[Entry], groups: Sequence[Group], t: Timing) -> None:
+        """The entries ``_add_entries`` would add for the groups of a bundle that can hold its best
+        candidate, when its timing ``t`` is late: then every line of it is BLOCKED whatever it costs, and
+        ``groups`` (a bundle, sorted by price) have costs that never fall, so only the groups at the
+        first one's cost can come first (the rest of the key breaks ties among them). A refusal past the
+        deadline looks for the fastest option this way without costing every group of its bundle."""
+        hours, nodes, finish = t.hours_dec, self._nodes, t.finish
+        expected_cost, cheapest = cost.expected_cost, None
+        for g in groups:
+            hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
+            c = expected_cost(hourly.amount, hours)
+            if cheapest is None:
+                cheapest = c
+            elif c > cheapest:
+                break
+            prefix = _new(Prefix, (g.not_reserved, c, g.not_warm, finish, g.provider, g.region))  # as _score's
+            for r, line in g.runs.blocked:
                 out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
     def _cost(self, g: Group, t: Timing) -> Decimal:
@@ -575,14 +598,20 @@ class Ranking:
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
         """The best candidate whose timing ``keep`` accepts (there must be one): the best such line
         (its first member is its best), from the heap's entries and those of the placeholders whose
-        timing ``keep`` accepts, so only that group is scored in full. (The heap itself holds no entry
-        twice: placeholders expanded in it are gone from it.)"""
+        timing ``keep`` accepts (of a late one not expanded yet, only its cheapest groups:
+        ``Scorer._add_cheapest_late``), so only that group is scored in full. (The heap itself holds no
+        entry twice: placeholders expanded in it are gone from it.)"""
         found: list[Entry]
         sc, found = self.scorer, []
         for entry in self._heap:
             if type(entry) is Placeholder:
-                if keep(sc._timing(entry.bundle[0])):
-                    found.extend(self._expand(entry))
+                t = sc._timing(entry.bundle[0])
+                if keep(t):
+                    expanded = self._expanded.get(entry.order)
+                    if expanded is None and t.late is not None and t.est_blocker is None:
+                        sc._add_cheapest_late(found, entry.bundle, t)
+                    else:
+                        found.extend(expanded if expanded is not None else self._expand(entry))
             elif keep(entry.timing):
                 found.append(entry)
         r, prefix, _, _, line, g, t = min(found)

@@ -24,7 +24,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -54,6 +54,17 @@ from scheduler.times import utc
 POLICIES = ("gpusched", "on-demand", "spot-greedy", "skypilot-like")
 REPLAN = timedelta(minutes=1)  # how soon a waiting job is planned again
 MAX_JUMP = timedelta(hours=6)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands after a tick, for a progress display (the CLI's bar): the simulated time,
+    the jobs submitted so far out of the trace's, and the ticks run."""
+
+    now: datetime
+    submitted: int
+    jobs: int
+    ticks: int
 
 
 @dataclass(frozen=True)
@@ -93,8 +104,11 @@ class SimSummary(Frozen):
 
 def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_dir: Path | None = None,
              settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
-             horizon: timedelta = timedelta(days=14)) -> SimSummary:
+             horizon: timedelta = timedelta(days=14),
+             progress: Callable[[Progress], None] | None = None) -> SimSummary:
     """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
+
+    ``progress`` is called after every tick (it only reads: the run is the same with or without it).
 
     ``bound``: the lower bound solved over the same entries in the same order (``bound.jobs[i]`` is
     ``submissions[i]``): its total is ``lower_bound_cost`` and its verdicts tell unavoidable misses apart.
@@ -142,6 +156,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             lifecycle.tick(ctx)
             agents.step(now)  # learn the finish times of attempts this tick started
             ticks += 1
+            if progress is not None:
+                progress(Progress(now, i, len(subs), ticks))
             if i >= len(subs) and _quiet(store):
                 break
             nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, store)

@@ -135,6 +135,26 @@ def test_trace_generate_then_simulate_a_small_month(tmp_path):
     assert float(summary["lower_bound_cost"]) <= float(summary["total_cost"])
 
 
+def test_simulate_shows_a_progress_bar_when_asked_and_none_by_default_off_a_terminal(tmp_path):
+    job = {"team": "t", "kind": "train", "model": "yolov9-t", "data": {"uri": "s3://b/d", "train_images": 2000},
+           "train": {"epochs": 2}, "resources": {"gpus": ["T4"]},
+           "where": {"providers": ["alibaba"], "regions": ["cn-hangzhou"]}}
+    trace, n = tmp_path / "t.jsonl", 2
+    trace.write_text("".join(json.dumps({"at": f"2026-11-02T{9 + k:02d}:00:00+08:00", "job": {**job, "name": f"j{k}"}})
+                             + "\n" for k in range(n)))
+    runs = {flag: gpusched("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2",
+                           "--no-lower-bound", *([flag] if flag else []))
+            for flag in ("--progress", "")}
+    for r in runs.values():
+        assert r.returncode == 0, r.stderr
+    shown, default = runs["--progress"].stderr, runs[""].stderr
+    assert "simulate on-demand: jobs submitted" in shown and f"{n}/{n}" in shown and "ticks" in shown
+    assert "jobs submitted" not in default  # stderr is a pipe here, not a terminal
+    summary = {flag: json.loads(r.stdout) for flag, r in runs.items()}  # the bar only reads
+    assert {k: v for k, v in summary["--progress"].items() if k != "wall_seconds"} == \
+        {k: v for k, v in summary[""].items() if k != "wall_seconds"}
+
+
 def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     job = {"name": "too-tight", "team": "t", "kind": "train", "model": "yolov9-t",
            "data": {"uri": "s3://b/d", "train_images": 2000, "val_images": 200}, "train": {"epochs": 10},

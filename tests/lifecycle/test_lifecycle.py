@@ -450,3 +450,23 @@ def test_a_job_short_of_restarts_finishes_on_on_demand_and_is_not_steered_back_t
     assert [a.capacity for a in attempts] == ["spot"] * reclaims + ["on-demand"]
     assert not any((a.reason or "").startswith("moved to spot") for a in attempts)
     assert_invariants(w)
+
+
+def test_a_job_past_its_deadline_after_a_reclaim_is_finished_on_on_demand_not_refused(store, sim_clock):
+    # Two refusals in one tick: the job that has run keeps its epochs on on-demand (``tick._best_effort``),
+    # the one that never ran is refused; each decision is matched to its own job.
+    w = World(store, sim_clock)
+    job_id = w.submit(job_spec(capacity="spot", deadline="24h"))
+    w.run_until(lambda: w.job(job_id).epochs_done >= 2)
+    [row] = w.instances()
+    w.cloud.preempt(row.cloud_id)
+    w.clock.advance(timedelta(hours=25))  # the deadline passes before the tick sees the reclaim
+    hopeless = w.submit(job_spec(deadline="5m"))
+    w.step()
+    job, other = w.job(job_id), w.job(hopeless)
+    assert other.state == JobState.failed.value and other.reason.startswith("refused:")
+    assert job.state != JobState.failed.value
+    assert job.plan_json["action"] == "launch" and job.plan_json["choice"]["capacity"] == "on-demand"
+    assert job.plan_json["reason"].startswith("the deadline can no longer be met (")
+    assert w.attempts(job_id)[-1].number == 2
+    assert_invariants(w)

@@ -336,6 +336,22 @@ def test_deadline_refusal_says_when_it_could_finish(with_a100: bool, hint: str |
     assert decide(moved, offers).action == "launch"
 
 
+def test_a_refusal_past_its_deadline_names_the_cheapest_of_the_fastest_options_in_planner_order() -> None:
+    # One bundle of on-demand T4s (the fastest: spot must survive its bad case too) in four regions, two at
+    # the lowest price: the refusal names the one the planner's order puts first among them (cost, then
+    # region), the option ``options_for`` ranks first among the on-demand ones, whatever the input order.
+    offers = [make_offer("g4dn.xlarge", gpu="T4", region=region, od=od, spot="0.20 USD")
+              for region, od in (("ap-south-1", "0.90 USD"), ("us-west-2", "0.526 USD"),
+                                 ("us-east-1", "0.60 USD"), ("eu-west-1", "0.526 USD"))]
+    job = make_job(gpus=("T4",), deadline_h=-2, epochs=5, submitted_at=NOW - timedelta(hours=4))
+    ranked = [o for o in options_for(job, offers, [], NOW, POLICY) if o.capacity is Capacity.on_demand]
+    assert [o.region for o in ranked] == ["eu-west-1", "us-west-2", "us-east-1", "ap-south-1"]
+    for order in (offers, offers[::-1]):
+        d = decide(job, order)
+        assert d.action == "refuse" and "after the deadline" in d.reason
+        assert d.reason.startswith("fastest option (aws g4dn.xlarge on-demand in eu-west-1a) finishes"), d.reason
+
+
 @pytest.mark.parametrize(
     ("gpus", "offer_gpus", "fix"),
     [(("T4",), ("T4", "A100-80G"), "allow A100-80G"), (None, ("T4",), "smaller model")],
