@@ -106,6 +106,7 @@ _EXPERIMENTS_PER_WEEKDAY = 3.6
 _LONG_MODELS = (("yolov9-e", 1), ("yolov9-c", 1))
 _LONG_IMG_SIZES = (640, 768, 896, 960)
 _LONG_EPOCHS = (150, 200, 250, 300)
+_LONG_MAX_IMAGES = 48_000
 _A100_LISTS = (("A100-80G", "V100-32G", "A10G"), ("A100-40G", "A100-80G", "L20"), ("A100-40G", "A10", "L4"))
 # Tight deadlines people write: hours from submission.
 _TIGHT_DEADLINES = ("8h", "12h", "24h", "36h", "48h", "72h")
@@ -366,7 +367,7 @@ def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: 
         long = fam.long_share > 0 and frng.random() < fam.long_share
         if long:  # multi-day training of a big model on big images
             model = _pick(frng, _LONG_MODELS)
-            images = frng.randrange(12_000, 48_001, 500)
+            images = frng.randrange(12_000, _LONG_MAX_IMAGES + 1, 500)
             epochs = frng.choice(_LONG_EPOCHS)
             img_size = frng.choice(_LONG_IMG_SIZES)
             gpu_count = frng.choice((1, 1, 4, 8))
@@ -377,6 +378,8 @@ def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: 
         for day in (d for d in days if d.weekday() == weekday):
             at = _local(day, team, hour + rng.uniform(-0.5, 0.5))
             images = int(images * rng.uniform(1.0, 1.03))  # labelled data keeps coming in
+            if long:
+                images = min(images, _LONG_MAX_IMAGES)
             week = day.isocalendar().week
             name = _unique(f"{project}-{model.split('-')[1]}-w{week}", ctx)
             doc = _base_doc(name, team, project, "train", model)
