@@ -159,8 +159,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # Columns, not rows: every running training job is looked at on every tick.
         rows = s.execute(
             select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
-                   JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number, InstanceRow.id.label("inst_id"),
-                   InstanceRow.provider,
+                   JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,
+                   InstanceRow.id.label("inst_id"), InstanceRow.provider,
                    InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
             .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
             .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
