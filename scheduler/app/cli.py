@@ -465,11 +465,14 @@ def trace_generate(
     month: str = typer.Option("2026-11", help="the month, e.g. 2026-11"),
     teams: int = typer.Option(3, help="how many teams"),
     jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
+    family: str = typer.Option("standard", help="kind of month: standard (the one the planner was tuned on), "
+                               "long-training, tight-deadlines, heavy-inference, mixed"),
 ) -> None:
     """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
     from scheduler.simulation.traces import main as generate
 
-    argv = ["--seed", str(seed), "--month", month, "--teams", str(teams), "--out", str(out_file)]
+    argv = ["--seed", str(seed), "--month", month, "--teams", str(teams), "--out", str(out_file),
+            "--family", family]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
     raise typer.Exit(generate(argv))

@@ -135,7 +135,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                              .order_by(AttemptRow.number.desc()).limit(1)).first()
             if job is None or last is None or not (job.epochs_done or job.preemptions):
                 continue
-            if not spot_allowed(job.preemptions, pj.spec.policy.max_restarts, ctx.planner_policy()):
+            if not spot_allowed(job.preemptions, pj.spec.policy.max_restarts, ctx.planner_policy(), job.restarts):
                 continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
             inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
@@ -159,8 +159,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # Columns, not rows: every running training job is looked at on every tick.
         rows = s.execute(
             select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
-                   JobRow.updated_at, JobRow.preemptions, AttemptRow.number, InstanceRow.id.label("inst_id"),
-                   InstanceRow.provider,
+                   JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,
+                   InstanceRow.id.label("inst_id"), InstanceRow.provider,
                    InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
             .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
             .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
@@ -194,7 +194,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                 target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone
             if (target is SpotState.spot) == on_spot:
                 continue
-            if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy):
+            if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
+                                                             job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:

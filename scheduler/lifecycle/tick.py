@@ -204,6 +204,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                     deadline_at=utc(j.deadline_at) if j.deadline_at else None,
                     epochs_done=j.epochs_done,
                     preemptions=j.preemptions,
+                    restarts=j.restarts,
                     avoid=avoid,
                     spent=spent.get(j.id),
                 ))

@@ -99,9 +99,16 @@ def release_nodes(s: Session, job: JobRow, attempt: AttemptRow, now: datetime) -
 
 def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: str,
                        resume: bool = True) -> JobRow | None:
-    """The machine ``row`` is lost to its job: the job's attempt ends as preempted, the job counts one
-    restart against ``max_restarts`` and goes back to the queue to resume from its last checkpoint
-    (``resume``; else from scratch), or fails past ``max_restarts``. The row is detached from the job.
+    """The machine ``row`` is lost to its job: the job's attempt ends as preempted, and the job goes back
+    to the queue to resume from its last checkpoint (``resume``; else from scratch), or fails once its
+    losses outrun ``max_restarts``. The row is detached from the job.
+
+    A loss spends one of ``max_restarts`` only when the attempt checkpointed no progress (or the job
+    starts over: ``resume`` False, or a kind without checkpoints). ``max_restarts`` stops a job that
+    cannot get anywhere (a crash loop, reclaims faster than its checkpoints); a spot reclaim that the
+    job resumes from a later checkpoint is the price of spot, which the planner already charges (its
+    expected reclaims, ``planner.cost``), and counting it made every run longer than about
+    ``max_restarts`` reclaim intervals finish on on-demand (issue 17: the long training jobs).
 
     Returns the job when it counted the loss, None when there was nothing to count (the row worked
     for no job, or its job had already ended): a loss reported twice (the agent's reclaim notice,
@@ -123,11 +130,15 @@ def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: s
         add_event(s, now, "gang_released", f"node {row.id} of its gang was lost: {reason}",
                   instance_id=other.id, job_id=job.id)
     job.preemptions += 1
+    progressed = resume and job.epochs_done > (attempt.start_epoch or 0)
+    if not progressed:
+        job.restarts = (job.restarts or 0) + 1
     spec = JobSpec.model_validate(job.spec_json)
     set_job(job, J.preempted, now)
-    if job.preemptions > spec.policy.max_restarts:
+    if job.restarts > spec.policy.max_restarts:
         set_job(job, J.failed, now,
-                f"lost its machine {job.preemptions} times (max_restarts {spec.policy.max_restarts})")
+                f"lost its machine {job.restarts} times without progress (max_restarts "
+                f"{spec.policy.max_restarts}; {job.preemptions} losses in all)")
         job.finished_at = now
     else:
         if not resume:

@@ -26,7 +26,7 @@ filters and ``policy.capacity``), narrowed by the planner (``_planner_capacities
 Choice: reserved capacity first (no marginal cost), then the lowest expected
 cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
 by priority, deadline, submission and id; each fleet slot goes to one job.
-A job leaves spot (``spot_allowed``) when one more reclaim would leave it no
+A job leaves spot (``spot_allowed``) when one more loss without progress would leave it no
 restart to spare under its ``max_restarts`` (the job fails past that), or once
 it has been preempted ``max_preemptions_before_on_demand`` times where that cap
 is set; unless its job file asks for spot only: that choice stands. The job's own
@@ -127,23 +127,25 @@ _SPOT, _ON_DEMAND = frozenset({Capacity.spot}), frozenset({Capacity.on_demand})
 _FEASIBLE = Rank.FEASIBLE  # read once: an enum member is slow to look up, and every option asks
 
 
-def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy) -> bool:
+def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy, restarts: int | None = None) -> bool:
     """May a job of capacity ``auto`` go (back) on spot? Not when a reclaim would leave fewer than
-    ``SPARE_RESTARTS`` of its ``max_restarts`` (a job lost more than ``max_restarts`` times fails, and
-    on-demand machines are lost too, if rarely), nor once it has been reclaimed
+    ``SPARE_RESTARTS`` of its ``max_restarts`` (``restarts``: the losses that spent it, by default every
+    preemption; a job whose losses outrun ``max_restarts`` fails, and on-demand machines are lost too,
+    if rarely), nor once it has been reclaimed
     ``max_preemptions_before_on_demand`` times where the policy sets that. The steering rule asks the
     same before a move to spot, so the two never pass a job back and forth."""
     if policy.strategy != "gpusched":
         return policy.naive_spot
     cap = policy.max_preemptions_before_on_demand
-    return (cap is None or preemptions < cap) and max_restarts - (preemptions + 1) >= SPARE_RESTARTS
+    spent = preemptions if restarts is None else restarts
+    return (cap is None or preemptions < cap) and max_restarts - (spent + 1) >= SPARE_RESTARTS
 
 
 SPARE_RESTARTS = 1  # restarts kept for losses that are not reclaims (see ``spot_allowed``)
 
 
 def _planner_capacities(wanted: str, preemptions: int, max_restarts: int,
-                        policy: PlannerPolicy) -> frozenset[Capacity]:
+                        policy: PlannerPolicy, restarts: int | None = None) -> frozenset[Capacity]:
     """The capacities the planner lets a job use whose ``policy.capacity`` is ``wanted``: what its job file
     allows (``allowed.job_capacities``), less spot for ``auto`` once ``spot_allowed`` says no. The
     simulator's baselines replace it: on-demand for everything, or spot for everything."""
@@ -154,14 +156,15 @@ def _planner_capacities(wanted: str, preemptions: int, max_restarts: int,
     allowed = job_capacities(wanted)
     # A job that asked for spot only keeps it even after preemptions (max_restarts bounds the retries
     # elsewhere): only ``auto`` leaves spot.
-    if wanted == "auto" and not spot_allowed(preemptions, max_restarts, policy):
+    if wanted == "auto" and not spot_allowed(preemptions, max_restarts, policy, restarts):
         return allowed - _SPOT
     return allowed
 
 
 def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     spec = job.spec
-    capacities = _planner_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy)
+    capacities = _planner_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy,
+                                     job.restarts)
     return Filter(OfferFilter.of(spec), capacities, spec.resources.nodes == 1)
 
 

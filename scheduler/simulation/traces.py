@@ -9,8 +9,15 @@ experiments in office hours. Each generated job can run on the bundled catalog
 for a spot reclaim), and budgets are set from the catalog's prices, so the
 trace exercises scheduling rather than refusals.
 
+A ``Family`` changes the mix, not the machinery: ``standard`` is the month the planner was
+tuned on (the same bytes as before families existed); the others add long multi-day
+training (yolov9-e/-c at 640-960 px, 150-300 epochs, up to 48,000 images) with A100s among
+the GPUs asked for, tight deadlines (12-72 h, "8h", "36h", some written tighter than the
+work), and heavy nightly inference (50,000-400,000 images due in 10 h). ``FAMILIES`` lists
+them; BENCHMARKS.md keeps the (family, seed) pairs held out from tuning.
+
 Run ``python -m scheduler.simulation.traces --seed 1 --month 2026-11 --jobs 400 --out FILE``
-to write one (``--teams``, ``--scale``: see ``main``).
+to write one (``--teams``, ``--scale``, ``--family``: see ``main``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from scheduler.planner.allowed import OfferFilter
 from scheduler.simulation.lower_bound_options import PricedCatalog
 from scheduler.simulation.trace_file import TraceEntry, dump_trace
 
-__all__ = ["expected_jobs", "generate_month", "main", "scale_for_jobs"]
+__all__ = ["FAMILIES", "Family", "expected_jobs", "generate_month", "main", "scale_for_jobs"]
 
 
 # --- the generator: who submits what --------------------------------------------------
@@ -95,6 +102,61 @@ _ENGINE_GPUS = ("T4", "A10", "L4", "A10G")  # what the site servers run; a Tenso
 _PROJECTS_PER_TEAM = 2.0  # each retrains weekly, then validates and exports
 _PIPELINES_PER_TEAM = 1.0  # each runs every night
 _EXPERIMENTS_PER_WEEKDAY = 3.6
+# Long multi-day training (families with a long_share): big models, big images, many epochs.
+_LONG_MODELS = (("yolov9-e", 1), ("yolov9-c", 1))
+_LONG_IMG_SIZES = (640, 768, 896, 960)
+_LONG_EPOCHS = (150, 200, 250, 300)
+_LONG_MAX_IMAGES = 48_000
+_A100_LISTS = (("A100-80G", "V100-32G", "A10G"), ("A100-40G", "A100-80G", "L20"), ("A100-40G", "A10", "L4"))
+# Tight deadlines people write: hours from submission.
+_TIGHT_DEADLINES = ("8h", "12h", "24h", "36h", "48h", "72h")
+
+
+# --- families of months ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """What sets one kind of month apart from another; every share is per job (or per project).
+
+    Draws a family adds come from their own seeded stream, so ``standard`` makes the same
+    trace as the generator did before families existed.
+    """
+
+    name: str
+    about: str
+    long_share: float = 0.0  # retrain projects that are long multi-day training
+    a100_share: float = 0.0  # large-model GPU lists that put an A100 among three GPUs
+    tight_share: float = 0.0  # retrains and experiments given a deadline of 12-72 h, "8h" or "36h"
+    as_written_share: float = 0.0  # of those, kept as written even when the work cannot fit
+    nightly_images: tuple[int, int] = (50_000, 300_000)
+    nightly_deadline_h: int = 8
+    pipelines_per_team: float = _PIPELINES_PER_TEAM
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("standard", "the month the planner was tuned on: weekly retrains, experiments, nightly inference"),
+    Family("long-training", "half the retrain projects are multi-day yolov9-e/-c runs at 640-960 px, "
+           "150-300 epochs, up to 48,000 images; many list an A100 among three GPUs",
+           long_share=0.5, a100_share=0.5),
+    Family("tight-deadlines", "a quarter of retrains and experiments are due in 12-72 h, 8 h or 36 h; "
+           "one in five of those as written, even where the work cannot fit",
+           tight_share=0.25, as_written_share=0.2),
+    Family("heavy-inference", "nightly inference of 50,000-400,000 images due in 10 h, "
+           "two feeds per team", nightly_images=(50_000, 400_000), nightly_deadline_h=10,
+           pipelines_per_team=2.0),
+    Family("mixed", "issue 17's unseen month: long training, A100 lists, tight deadlines and "
+           "heavy nightly inference together", long_share=0.5, a100_share=0.5, tight_share=0.25,
+           as_written_share=0.2, nightly_images=(50_000, 400_000), nightly_deadline_h=10),
+)}
+STANDARD = FAMILIES["standard"]
+
+
+def family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise UserError(f"unknown trace family {name!r}", fix="one of: " + ", ".join(FAMILIES)) from None
 
 
 def _team(i: int) -> _Team:
@@ -108,9 +170,9 @@ def _replace_name(team: _Team, name: str) -> _Team:
                  team.projects, team.pipelines)
 
 
-def _counts(scale: float) -> tuple[int, int, float]:
+def _counts(scale: float, fam: Family = STANDARD) -> tuple[int, int, float]:
     projects = max(1, round(_PROJECTS_PER_TEAM * scale))
-    pipelines = max(1, round(_PIPELINES_PER_TEAM * scale))
+    pipelines = max(1, round(fam.pipelines_per_team * scale))
     return projects, pipelines, _EXPERIMENTS_PER_WEEKDAY * scale
 
 
@@ -122,23 +184,23 @@ def _month_days(month: str) -> list[date]:
     return [first.replace(day=d) for d in range(1, calendar.monthrange(first.year, first.month)[1] + 1)]
 
 
-def expected_jobs(teams: int, scale: float, month: str = "2026-11") -> float:
+def expected_jobs(teams: int, scale: float, month: str = "2026-11", fam: Family = STANDARD) -> float:
     """About how many jobs ``generate_month`` makes (follow-ups past the month's end are dropped)."""
     days = _month_days(month)
     weekdays = sum(1 for d in days if d.weekday() < 5)
-    projects, pipelines, experiments = _counts(scale)
+    projects, pipelines, experiments = _counts(scale, fam)
     per_team = pipelines * len(days) + projects * len(days) / 7 * 3 + weekdays * experiments
     return teams * per_team
 
 
-def scale_for_jobs(jobs: int, teams: int, month: str = "2026-11") -> float:
+def scale_for_jobs(jobs: int, teams: int, month: str = "2026-11", fam: Family = STANDARD) -> float:
     """The scale at which ``teams`` teams submit about ``jobs`` jobs in ``month``."""
     if jobs < 1:
         raise UserError("a trace needs at least one job", fix="e.g. --jobs 400")
     lo, hi = 0.01, 1000.0
     for _ in range(60):  # bisection: the count only grows with the scale
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_jobs(teams, mid, month) < jobs else (lo, mid)
+        lo, hi = (mid, hi) if expected_jobs(teams, mid, month, fam) < jobs else (lo, mid)
     return round(hi, 4)
 
 
@@ -192,13 +254,15 @@ def _with(doc: dict[str, Any], section: str, **values: Any) -> dict[str, Any]:
 
 
 def _runnable(doc: dict[str, Any], at: datetime, team: _Team, ctx: _Context, rng: random.Random,
-              budget_share: float) -> tuple[JobSpec, float]:
+              budget_share: float, room: tuple[float, float] | None = (1.5, 1.0)) -> tuple[JobSpec, float]:
     """Loosen the draft until it can run on the catalog with room to spare; then price its budget.
 
     A job nothing can run is widened the way a team would: first any region, then any GPU. A
     deadline must leave half again the fastest uninterrupted run plus an hour, so the planner can
     still choose spot or on-demand; when it does not, a training job gets more GPUs per machine
-    where that helps, and otherwise the deadline moves.
+    where that helps, and otherwise the deadline moves. ``room`` is that (factor, hours); a
+    tight family passes less, and ``None`` keeps the deadline as written, even where no
+    schedule can meet it (people do write "8h" on a day of work).
     """
     doc = dict(doc)
     relax: list[tuple[str, dict[str, Any]]] = [("where", {"regions": None}), ("resources", {"gpus": None})]
@@ -207,7 +271,8 @@ def _runnable(doc: dict[str, Any], at: datetime, team: _Team, ctx: _Context, rng
         fastest = _fastest(spec, at, team, ctx)
         if fastest is not None:
             deadline = spec.deadline_at(at)
-            if deadline is None or (deadline - at) >= timedelta(hours=1.5 * fastest + 1):
+            factor, extra = room or (0.0, 0.0)
+            if room is None or deadline is None or (deadline - at) >= timedelta(hours=factor * fastest + extra):
                 break
             if spec.kind is Kind.train and spec.resources.gpu_count < 8:
                 wider = _with(doc, "resources", gpu_count=spec.resources.gpu_count * 2)
@@ -216,7 +281,7 @@ def _runnable(doc: dict[str, Any], at: datetime, team: _Team, ctx: _Context, rng
                 if faster is not None and faster < fastest * 0.8:
                     doc = wider
                     continue
-            doc = _with(doc, "policy", deadline=f"{math.ceil(1.5 * fastest + 1)}h")
+            doc = _with(doc, "policy", deadline=f"{math.ceil(factor * fastest + extra)}h")
             continue
         if not relax:
             raise UserError(f"generated job {doc['name']} cannot run on this catalog", fix="a bug in the generator")
@@ -224,6 +289,9 @@ def _runnable(doc: dict[str, Any], at: datetime, team: _Team, ctx: _Context, rng
         doc = _with(doc, section, **values)
     if rng.random() < budget_share:
         options = ctx.catalogs[team.currency].options(spec, at).options
+        if not options:  # a deadline kept as written may leave none: price the work without it
+            open_spec = spec.model_copy(update={"policy": spec.policy.model_copy(update={"deadline": None})})
+            options = ctx.catalogs[team.currency].options(open_spec, at).options
         on_demand = [o.cost.amount for o in options if o.capacity.value == "on-demand"]
         base = min(on_demand) if on_demand else options[0].cost.amount * 3
         budget = _money_text(base * Decimal(str(round(rng.uniform(1.3, 2.2), 2))), team.currency)
@@ -258,12 +326,13 @@ def _gpus_for(model: str, rng: random.Random) -> list[str] | None:
 # --- the generator: the three streams ---------------------------------------------------
 
 
-def _nightly(team: _Team, days: list[date], pipelines: int, ctx: _Context, rng: random.Random) -> list[TraceEntry]:
+def _nightly(team: _Team, days: list[date], pipelines: int, ctx: _Context, rng: random.Random,
+             fam: Family = STANDARD) -> list[TraceEntry]:
     out = []
     for p in range(pipelines):
         feed = team.pipelines[p % len(team.pipelines)] + ("" if p < len(team.pipelines) else f"-{p + 1}")
         model = _pick(rng, _INFER_MODELS)
-        base_images = rng.randrange(50_000, 300_001, 1000)
+        base_images = rng.randrange(fam.nightly_images[0], fam.nightly_images[1] + 1, 1000)
         budget_share = rng.choice((0.0, 1.0))  # a feed either always carries a budget or never
         for day in days:
             at = _local(day, team, rng.uniform(22.0, 23.75))
@@ -275,13 +344,15 @@ def _nightly(team: _Team, days: list[date], pipelines: int, ctx: _Context, rng: 
                 "weights": f"{team.scheme}://{team.name}-models/{feed}/best.pt",
             }
             doc["resources"] = {"gpus": list(_INFER_GPUS)}
-            doc["policy"] = {"deadline": "8h", "priority": 70, "max_restarts": 5}
+            doc["policy"] = {"deadline": f"{fam.nightly_deadline_h}h", "priority": 70, "max_restarts": 5}
             spec, _ = _runnable(doc, at, team, ctx, rng, budget_share)
             out.append(TraceEntry(at=at, job=spec))
     return out
 
 
-def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: random.Random) -> list[TraceEntry]:
+def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: random.Random,
+              fam: Family = STANDARD, frng: random.Random | None = None) -> list[TraceEntry]:
+    frng = frng or random.Random(0)  # the family's own draws; standard makes none
     out = []
     for p in range(projects):
         project = team.projects[p % len(team.projects)] + ("" if p < len(team.projects) else f"-{p + 1}")
@@ -292,9 +363,23 @@ def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: 
         gpus = _gpus_for(model, rng)
         # Big models on big datasets: some teams ask for a 4-GPU machine from the start.
         gpu_count = rng.choice((1, 1, 4)) if model.split("-")[1] in ("c", "m") and images * epochs > 3_000_000 else 1
+        img_size: int | None = None
+        long = fam.long_share > 0 and frng.random() < fam.long_share
+        if long:  # multi-day training of a big model on big images
+            model = _pick(frng, _LONG_MODELS)
+            images = frng.randrange(12_000, _LONG_MAX_IMAGES + 1, 500)
+            epochs = frng.choice(_LONG_EPOCHS)
+            img_size = frng.choice(_LONG_IMG_SIZES)
+            gpu_count = frng.choice((1, 1, 4, 8))
+        if fam.a100_share > 0 and model.split("-")[1] in ("m", "c", "e") and frng.random() < fam.a100_share:
+            gpus = list(frng.choice(_A100_LISTS))
+        tight = fam.tight_share > 0 and frng.random() < fam.tight_share
+        as_written = tight and frng.random() < fam.as_written_share
         for day in (d for d in days if d.weekday() == weekday):
             at = _local(day, team, hour + rng.uniform(-0.5, 0.5))
             images = int(images * rng.uniform(1.0, 1.03))  # labelled data keeps coming in
+            if long:
+                images = min(images, _LONG_MAX_IMAGES)
             week = day.isocalendar().week
             name = _unique(f"{project}-{model.split('-')[1]}-w{week}", ctx)
             doc = _base_doc(name, team, project, "train", model)
@@ -302,8 +387,13 @@ def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: 
             doc["data"] = {"uri": dataset, "train_images": images, "val_images": images // 10}
             doc["train"] = {"epochs": epochs, "batch": 64, "close_mosaic": min(15, epochs // 5),
                             "weights": f"{team.scheme}://{team.name}-models/pretrained/{model}.pt"}
+            if img_size is not None:
+                doc["train"]["img_size"] = img_size
+                doc["train"]["batch"] = 32 if img_size > 640 else 64
             doc["resources"] = {"gpus": gpus, "gpu_count": gpu_count}
             hours = rng.choice((24, 36, 48, 72, 96))
+            if long:
+                hours = frng.choice((72, 96, 120, 168))
             deadline: str = f"{hours}h"
             if rng.random() < 0.5:  # "by Monday 10:00" rather than "within 48 h"
                 due = at + timedelta(hours=hours)
@@ -311,7 +401,11 @@ def _retrains(team: _Team, days: list[date], projects: int, ctx: _Context, rng: 
                 if datetime.fromisoformat(deadline) <= at:
                     deadline = f"{hours}h"
             doc["policy"] = {"deadline": deadline, "priority": rng.choice((50, 55, 60)), "max_restarts": 10}
-            spec, fastest = _runnable(doc, at, team, ctx, rng, 0.8)
+            room: tuple[float, float] | None = (1.5, 1.0)
+            if tight:
+                doc["policy"]["deadline"] = frng.choice(_TIGHT_DEADLINES)
+                room = None if as_written else (1.15, 0.5)
+            spec, fastest = _runnable(doc, at, team, ctx, rng, 0.8, room)
             out.append(TraceEntry(at=at, job=spec))
             out.extend(_follow_ups(spec, at, fastest, team, ctx, rng))
     return out
@@ -353,7 +447,8 @@ def _engine_gpus(team: _Team, ctx: _Context) -> tuple[str, ...]:
 
 
 def _experiments(team: _Team, days: list[date], per_day: float, ctx: _Context,
-                 rng: random.Random) -> list[TraceEntry]:
+                 rng: random.Random, fam: Family = STANDARD, frng: random.Random | None = None) -> list[TraceEntry]:
+    frng = frng or random.Random(0)
     out = []
     for day in (d for d in days if d.weekday() < 5):
         for n in range(_poisson(rng, per_day)):
@@ -385,8 +480,12 @@ def _experiments(team: _Team, days: list[date], per_day: float, ctx: _Context,
             capacity = rng.choices(("auto", "on-demand", "spot"), weights=(70, 15, 15))[0]
             if capacity != "auto":
                 policy["capacity"] = capacity
+            room: tuple[float, float] | None = (1.5, 1.0)
+            if fam.tight_share > 0 and frng.random() < fam.tight_share:
+                policy["deadline"] = frng.choice(_TIGHT_DEADLINES)
+                room = None if frng.random() < fam.as_written_share else (1.15, 0.5)
             doc["policy"] = policy
-            spec, _ = _runnable(doc, at, team, ctx, rng, 0.3)
+            spec, _ = _runnable(doc, at, team, ctx, rng, 0.3, room)
             out.append(TraceEntry(at=at, job=spec))
     return out
 
@@ -399,6 +498,7 @@ def generate_month(
     *,
     offers: Sequence[Offer] | None = None,
     fx: FxRates | None = None,
+    fam: Family = STANDARD,
 ) -> list[TraceEntry]:
     """A month of submissions for ``teams`` teams, sorted by time; the same arguments give the same trace.
 
@@ -417,13 +517,15 @@ def generate_month(
     fx = fx or FxRates()
     catalogs = {cur: PricedCatalog(offers, currency=cur, fx=fx) for cur in CURRENCIES}
     ctx = _Context(offers=offers, catalogs=catalogs, names=set(), month_end=month_end)
-    projects, pipelines, experiments = _counts(scale)
+    projects, pipelines, experiments = _counts(scale, fam)
     out: list[TraceEntry] = []
     for i in range(teams):
         team = _team(i)
-        out += _nightly(team, days, pipelines, ctx, random.Random(f"{seed}:{team.name}:nightly"))
-        out += _retrains(team, days, projects, ctx, random.Random(f"{seed}:{team.name}:retrain"))
-        out += _experiments(team, days, experiments, ctx, random.Random(f"{seed}:{team.name}:experiments"))
+        out += _nightly(team, days, pipelines, ctx, random.Random(f"{seed}:{team.name}:nightly"), fam)
+        out += _retrains(team, days, projects, ctx, random.Random(f"{seed}:{team.name}:retrain"), fam,
+                         random.Random(f"{seed}:{team.name}:retrain:{fam.name}"))
+        out += _experiments(team, days, experiments, ctx, random.Random(f"{seed}:{team.name}:experiments"), fam,
+                            random.Random(f"{seed}:{team.name}:experiments:{fam.name}"))
     out = [e for e in out if e.at < month_end]
     out.sort(key=lambda e: (e.at.astimezone(timezone.utc), e.job.name))
     return out
@@ -441,16 +543,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--jobs", type=int, help="about this many jobs (sets the scale)")
     size.add_argument("--scale", type=float, help="stream multiplier; 1.0 is about 400 jobs for 3 teams")
+    parser.add_argument("--family", default="standard", help="kind of month: " + ", ".join(FAMILIES))
     parser.add_argument("--out", required=True, help="a .jsonl file, or .jsonl.gz for gzip")
     args = parser.parse_args(argv)
     try:
+        fam = family(args.family)
         scale = args.scale if args.scale is not None else (
-            scale_for_jobs(args.jobs, args.teams, args.month) if args.jobs is not None else 1.0)
-        entries = generate_month(args.seed, args.month, args.teams, scale)
+            scale_for_jobs(args.jobs, args.teams, args.month, fam) if args.jobs is not None else 1.0)
+        entries = generate_month(args.seed, args.month, args.teams, scale, fam=fam)
         dump_trace(entries, args.out)
     except UserError as exc:
         parser.exit(2, f"error: {exc.message}" + (f"; fix: {exc.fix}" if exc.fix else "") + "\n")
-    print(f"wrote {len(entries)} jobs ({args.teams} teams, scale {scale}) to {args.out}")
+    print(f"wrote {len(entries)} jobs ({args.teams} teams, scale {scale}, family {fam.name}) to {args.out}")
     return 0
 
 

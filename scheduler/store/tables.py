@@ -68,7 +68,9 @@ class JobRow(Base):
     budget_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     budget_currency: Mapped[str | None] = mapped_column(String(3))
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
-    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)  # every machine lost to the job
+    # The losses that spend max_restarts: none made checkpointed progress (lifecycle.transitions).
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     epochs_done: Mapped[int] = mapped_column(Integer, default=0)
     epochs_total: Mapped[int | None] = mapped_column(Integer)
     checkpoint_uri: Mapped[str | None] = mapped_column(Text)

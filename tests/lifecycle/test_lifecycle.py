@@ -428,9 +428,10 @@ def test_a_job_reclaimed_after_its_last_checkpoint_but_before_its_exit_is_relaun
 
 
 def test_a_job_short_of_restarts_finishes_on_on_demand_and_is_not_steered_back_to_spot(store, sim_clock):
-    """Every spot attempt is reclaimed: before one more reclaim could use up max_restarts the planner
-    puts the job on on-demand, and the steering rule, however long spot then stays available, leaves
-    it there (moving back is what once made such a job fail on its eleventh reclaim)."""
+    """Every spot attempt is reclaimed before it checkpoints: before one more such loss could use up
+    max_restarts the planner puts the job on on-demand, and the steering rule, however long spot then
+    stays available, leaves it there (moving back is what once made such a job fail on its eleventh
+    reclaim)."""
     w = World(store, sim_clock)
     base = job_spec(deadline="24h", max_restarts=6)
     job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
@@ -438,7 +439,6 @@ def test_a_job_short_of_restarts_finishes_on_on_demand_and_is_not_steered_back_t
         w.run_until(lambda: w.job(job_id).state == JobState.running.value)
         if w.attempts(job_id)[-1].capacity != "spot":
             break
-        w.run_until(lambda: w.job(job_id).epochs_done > w.attempts(job_id)[-1].start_epoch)
         inst = next(r for r in w.instances() if r.job_id == job_id)
         w.cloud.preempt(inst.cloud_id)
         w.run_until(lambda: w.job(job_id).state != JobState.running.value, limit=60)
@@ -449,6 +449,27 @@ def test_a_job_short_of_restarts_finishes_on_on_demand_and_is_not_steered_back_t
     assert job.finished_at <= job.deadline_at
     assert [a.capacity for a in attempts] == ["spot"] * reclaims + ["on-demand"]
     assert not any((a.reason or "").startswith("moved to spot") for a in attempts)
+    assert job.restarts == reclaims  # no attempt got past its first epoch
+    assert_invariants(w)
+
+
+def test_reclaims_the_job_resumes_from_a_later_checkpoint_do_not_spend_max_restarts(store, sim_clock):
+    """Every spot attempt is reclaimed after it checkpointed: the job stays on spot past max_restarts
+    reclaims and succeeds (issue 17: counting these put every multi-day run on on-demand)."""
+    w = World(store, sim_clock)
+    base = job_spec(deadline="48h", max_restarts=3)
+    job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
+    for _ in range(6):
+        w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+        w.run_until(lambda: w.job(job_id).epochs_done > w.attempts(job_id)[-1].start_epoch)
+        inst = next(r for r in w.instances() if r.job_id == job_id)
+        w.cloud.preempt(inst.cloud_id)
+        w.run_until(lambda: w.job(job_id).state != JobState.running.value, limit=60)
+    w.run_until(lambda: w.job(job_id).state in (JobState.succeeded.value, JobState.failed.value), limit=5000)
+    job, attempts = w.job(job_id), w.attempts(job_id)
+    assert job.state == JobState.succeeded.value
+    assert job.preemptions == 6 > 3 and job.restarts == 0
+    assert [a.capacity for a in attempts[:7]] == ["spot"] * 7
     assert_invariants(w)
 
 

@@ -18,7 +18,7 @@ from scheduler.models import Kind
 from scheduler.money import FxRates
 from scheduler.simulation.lower_bound_options import PricedCatalog
 from scheduler.simulation.trace_file import TraceEntry, dump_trace, entry_json, load_trace
-from scheduler.simulation.traces import expected_jobs, generate_month, main, scale_for_jobs
+from scheduler.simulation.traces import FAMILIES, expected_jobs, family, generate_month, main, scale_for_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "examples" / "traces"
@@ -260,3 +260,53 @@ def test_the_stress_trace_has_about_ten_thousand_valid_jobs() -> None:
     assert 9_000 <= len(entries) <= 11_000
     assert len({e.job.team for e in entries}) >= 10
     assert all(NOV[0] <= e.at < NOV[1] for e in entries)
+
+
+# --- families of months -----------------------------------------------------------------------
+
+
+def _long(e: TraceEntry) -> bool:
+    train = e.job.train
+    return (e.job.kind is Kind.train and train is not None and train.epochs >= 150
+            and e.job.model in ("yolov9-e", "yolov9-c") and train.img_size >= 640)
+
+
+def test_the_standard_family_is_the_month_as_before(month: list[TraceEntry]) -> None:
+    fam = FAMILIES["standard"]
+    assert generate_month(1, "2026-11", 3, scale_for_jobs(400, 3, "2026-11", fam), fam=fam) == month
+
+
+def test_unknown_family_is_a_user_error_listing_the_families() -> None:
+    with pytest.raises(UserError, match="long-training"):
+        family("longest")
+
+
+@pytest.fixture(scope="module")
+def mixed() -> list[TraceEntry]:
+    return generate_month(31, "2026-11", 4, 0.4, fam=FAMILIES["mixed"])
+
+
+def test_the_mixed_family_has_long_training_a100_lists_tight_deadlines_and_heavy_nights(
+        mixed: list[TraceEntry]) -> None:
+    long = [e for e in mixed if _long(e)]
+    assert len(long) >= 4
+    assert {e.job.model for e in long} <= {"yolov9-e", "yolov9-c"}
+    assert all(150 <= e.job.train.epochs <= 300 and 640 <= e.job.train.img_size <= 960  # type: ignore[union-attr]
+               for e in long)
+    assert all(e.job.data.train_images <= 48_000 for e in long)  # type: ignore[union-attr,operator]
+    assert any(any(g.startswith("A100") for g in e.job.resources.gpus or ()) for e in mixed)
+    nightly = [e for e in mixed if e.job.kind is Kind.infer and e.job.policy.max_restarts == 5]
+    assert nightly and all(e.deadline_at - e.at == timedelta(hours=10) for e in nightly)  # type: ignore[operator]
+    assert max(e.job.infer.images for e in nightly) > 300_000  # type: ignore[union-attr]
+    tight = [e for e in mixed if e.deadline_at is not None and e.job.kind is Kind.train
+             and e.deadline_at - e.at <= timedelta(hours=72) and e.job.policy.max_restarts == 10]
+    assert tight
+
+
+def test_a_deadline_kept_as_written_may_be_tighter_than_the_work(mixed: list[TraceEntry]) -> None:
+    """The tight families keep some deadlines as people write them: the lower bound calls those infeasible."""
+    catalog = PricedCatalog(load_catalog(), currency="CNY", fx=FxRates())
+    infeasible = [e for e in mixed if e.deadline_at is not None and not catalog.options(e.job, e.at).options]
+    loose = generate_month(31, "2026-11", 4, 0.4, fam=FAMILIES["long-training"])
+    assert all(catalog.options(e.job, e.at).options for e in loose if e.deadline_at is not None)
+    assert len(infeasible) < len(mixed) // 10  # a few, not a month of refusals

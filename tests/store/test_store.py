@@ -176,7 +176,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0007"
+    assert any_store.head() == "0008"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
@@ -303,3 +303,17 @@ def test_held_lock_lets_one_daemon_tick_at_a_time_on_postgresql(pg_store):
 def test_held_lock_is_always_granted_on_sqlite(store):
     with store.held_lock("gpusched-tick") as got:
         assert got is True
+
+
+def test_jobs_stored_before_0008_keep_their_losses_as_restarts(tmp_path: Path) -> None:
+    """Before 0008 every loss spent max_restarts: a job migrated mid-run keeps the count it had."""
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    store.migrate("0007")
+    with store.engine.begin() as conn:
+        conn.execute(text("INSERT INTO jobs (id, name, team, kind, model, spec_json, state, priority, submitted_at, "
+                          "attempt, preemptions, epochs_done, updated_at, version) VALUES ('j1', 'n', 't', 'train', "
+                          "'yolov9-s', '{}', 'queued', 50, '2026-11-01 00:00:00', 3, 3, 2, '2026-11-01 00:00:00', 1)"))
+    store.migrate()
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT restarts FROM jobs WHERE id = 'j1'")).scalar_one() == 3
+    store.dispose()
