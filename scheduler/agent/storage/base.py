@@ -77,6 +77,42 @@ class ObjectStore(Protocol):
         ...
 
 
+class TreeCopies:
+    """``download_tree``, ``upload_tree`` and the upload's source check, the same for every cloud: a store
+    that lists a prefix's keys (``_keys``) and copies one object each way gets the rest from here."""
+
+    scheme: str
+
+    def _keys(self, bucket: str, prefix: str, prefix_uri: str) -> list[str]:
+        """Every key under ``prefix`` in ``bucket``, all pages of the listing."""
+        raise NotImplementedError
+
+    def download(self, uri: str, local_path: str | Path) -> Path:
+        raise NotImplementedError
+
+    def upload(self, local_path: str | Path, uri: str) -> str:
+        raise NotImplementedError
+
+    def download_tree(self, prefix_uri: str, local_dir: str | Path) -> list[Path]:
+        bucket, prefix = prefix_key(prefix_uri, self.scheme)
+        plan = plan_download(self.scheme, prefix_uri, prefix, self._keys(bucket, prefix, prefix_uri), Path(local_dir))
+        for key, dest in plan:
+            self.download(join(self.scheme, bucket, key), dest)
+        return [dest for _, dest in plan]
+
+    def upload_tree(self, local_dir: str | Path, prefix_uri: str) -> list[str]:
+        bucket, prefix = prefix_key(prefix_uri, self.scheme)
+        return [self.upload(path, join(self.scheme, bucket, prefix + rel)) for path, rel in local_files(local_dir)]
+
+
+def upload_source(local_path: str | Path) -> Path:
+    """The file an upload reads; a missing one is the usual ``FileNotFoundError``, before any cloud call."""
+    src = Path(local_path)
+    if not src.is_file():
+        raise FileNotFoundError(f"no file {src} to upload")
+    return src
+
+
 # --- URIs --------------------------------------------------------------------------
 
 

@@ -11,15 +11,13 @@ from scheduler.agent.storage.base import (
     PROVIDERS,
     ROLE_FIX,
     TENCENT_METADATA,
+    TreeCopies,
     client_error,
-    join,
-    local_files,
     metadata_text,
     object_key,
-    plan_download,
-    prefix_key,
     quiet_sdk_loggers,
     service_error,
+    upload_source,
     vendor_errors,
 )
 from scheduler.errors import (
@@ -90,7 +88,7 @@ def _cos_translate(exc: BaseException, op: str, uri: str) -> GpuschedError | Non
     return None
 
 
-class CosStore:
+class CosStore(TreeCopies):
     """COS through cos-python-sdk-v5.
 
     ``client``: a ``CosS3Client`` used for every call; or ``client_factory() -> CosS3Client``
@@ -120,8 +118,7 @@ class CosStore:
             client.download_file(Bucket=bucket, Key=key, DestFilePath=str(dest))
         return dest
 
-    def download_tree(self, prefix_uri: str, local_dir: str | Path) -> list[Path]:
-        bucket, prefix = prefix_key(prefix_uri, self.scheme)
+    def _keys(self, bucket: str, prefix: str, prefix_uri: str) -> list[str]:
         client = self._client("list", prefix_uri)
         keys: list[str] = []
         marker = ""
@@ -131,26 +128,16 @@ class CosStore:
                 contents = page.get("Contents", [])
                 keys += [obj["Key"] for obj in contents]
                 if str(page.get("IsTruncated", "false")).lower() != "true" or not contents:
-                    break
+                    return keys
                 marker = page.get("NextMarker") or contents[-1]["Key"]
-        plan = plan_download(self.scheme, prefix_uri, prefix, keys, Path(local_dir))
-        for key, dest in plan:
-            self.download(join(self.scheme, bucket, key), dest)
-        return [dest for _, dest in plan]
 
     def upload(self, local_path: str | Path, uri: str) -> str:
         bucket, key = object_key(uri, self.scheme)
-        src = Path(local_path)
-        if not src.is_file():
-            raise FileNotFoundError(f"no file {src} to upload")
+        src = upload_source(local_path)
         client = self._client("upload", uri)
         with vendor_errors(_cos_translate, "upload", uri):
             client.upload_file(Bucket=bucket, Key=key, LocalFilePath=str(src))
         return uri
-
-    def upload_tree(self, local_dir: str | Path, prefix_uri: str) -> list[str]:
-        bucket, prefix = prefix_key(prefix_uri, self.scheme)
-        return [self.upload(path, join(self.scheme, bucket, prefix + rel)) for path, rel in local_files(local_dir)]
 
     def exists(self, uri: str) -> bool:
         bucket, key = object_key(uri, self.scheme)

@@ -9,15 +9,13 @@ from urllib.parse import quote
 
 from scheduler.agent.storage.base import (
     ALIBABA_METADATA,
+    TreeCopies,
     client_error,
-    join,
-    local_files,
     metadata_text,
     object_key,
-    plan_download,
-    prefix_key,
     quiet_sdk_loggers,
     service_error,
+    upload_source,
     vendor_errors,
 )
 from scheduler.errors import (
@@ -83,7 +81,7 @@ def _oss_translate(exc: BaseException, op: str, uri: str) -> GpuschedError | Non
     return None
 
 
-class OssStore:
+class OssStore(TreeCopies):
     """OSS through oss2. ``bucket_factory(name) -> oss2.Bucket``; default ``OssRoleBuckets(...)``."""
 
     scheme = "oss"
@@ -110,38 +108,27 @@ class OssStore:
             oss2.resumable_download(bucket, key, str(dest))
         return dest
 
-    def download_tree(self, prefix_uri: str, local_dir: str | Path) -> list[Path]:
-        name, prefix = prefix_key(prefix_uri, self.scheme)
-        bucket = self._bucket(name, "list", prefix_uri)
+    def _keys(self, bucket: str, prefix: str, prefix_uri: str) -> list[str]:
+        oss_bucket = self._bucket(bucket, "list", prefix_uri)
         keys: list[str] = []
         token = ""
         with vendor_errors(_oss_translate, "list", prefix_uri):
             while True:
-                result = bucket.list_objects_v2(prefix=prefix, continuation_token=token, max_keys=1000)
+                result = oss_bucket.list_objects_v2(prefix=prefix, continuation_token=token, max_keys=1000)
                 keys += [obj.key for obj in result.object_list]
                 if not result.is_truncated:
-                    break
+                    return keys
                 token = result.next_continuation_token
-        plan = plan_download(self.scheme, prefix_uri, prefix, keys, Path(local_dir))
-        for key, dest in plan:
-            self.download(join(self.scheme, name, key), dest)
-        return [dest for _, dest in plan]
 
     def upload(self, local_path: str | Path, uri: str) -> str:
         import oss2
 
         name, key = object_key(uri, self.scheme)
-        src = Path(local_path)
-        if not src.is_file():
-            raise FileNotFoundError(f"no file {src} to upload")
+        src = upload_source(local_path)
         bucket = self._bucket(name, "upload", uri)
         with vendor_errors(_oss_translate, "upload", uri):
             oss2.resumable_upload(bucket, key, str(src))
         return uri
-
-    def upload_tree(self, local_dir: str | Path, prefix_uri: str) -> list[str]:
-        name, prefix = prefix_key(prefix_uri, self.scheme)
-        return [self.upload(path, join(self.scheme, name, prefix + rel)) for path, rel in local_files(local_dir)]
 
     def exists(self, uri: str) -> bool:
         name, key = object_key(uri, self.scheme)

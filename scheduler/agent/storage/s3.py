@@ -6,15 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.agent.storage.base import (
+    TreeCopies,
     chain,
     client_error,
-    join,
-    local_files,
     object_key,
-    plan_download,
-    prefix_key,
     quiet_sdk_loggers,
     service_error,
+    upload_source,
     vendor_errors,
 )
 from scheduler.errors import (
@@ -60,7 +58,7 @@ def _s3_translate(exc: BaseException, op: str, uri: str) -> GpuschedError | None
     return None
 
 
-class S3Store:
+class S3Store(TreeCopies):
     """S3 through boto3. ``client``: a boto3 S3 client; default ``s3_client(endpoint_url=..., region=...)``."""
 
     scheme = "s3"
@@ -76,29 +74,18 @@ class S3Store:
             self._client.download_file(bucket, key, str(dest))
         return dest
 
-    def download_tree(self, prefix_uri: str, local_dir: str | Path) -> list[Path]:
-        bucket, prefix = prefix_key(prefix_uri, self.scheme)
+    def _keys(self, bucket: str, prefix: str, prefix_uri: str) -> list[str]:
         with vendor_errors(_s3_translate, "list", prefix_uri):
-            keys = [obj["Key"]
+            return [obj["Key"]
                     for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
                     for obj in page.get("Contents", [])]
-        plan = plan_download(self.scheme, prefix_uri, prefix, keys, Path(local_dir))
-        for key, dest in plan:
-            self.download(join(self.scheme, bucket, key), dest)
-        return [dest for _, dest in plan]
 
     def upload(self, local_path: str | Path, uri: str) -> str:
         bucket, key = object_key(uri, self.scheme)
-        src = Path(local_path)
-        if not src.is_file():
-            raise FileNotFoundError(f"no file {src} to upload")
+        src = upload_source(local_path)
         with vendor_errors(_s3_translate, "upload", uri):
             self._client.upload_file(str(src), bucket, key)
         return uri
-
-    def upload_tree(self, local_dir: str | Path, prefix_uri: str) -> list[str]:
-        bucket, prefix = prefix_key(prefix_uri, self.scheme)
-        return [self.upload(path, join(self.scheme, bucket, prefix + rel)) for path, rel in local_files(local_dir)]
 
     def exists(self, uri: str) -> bool:
         bucket, key = object_key(uri, self.scheme)
