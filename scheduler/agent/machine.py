@@ -17,9 +17,11 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from scheduler.gpus import GPUS
+
+T = TypeVar("T")
 
 # Runs a command and returns its standard output; raises OSError (no such program) or
 # subprocess.SubprocessError (it failed, or took too long) otherwise.
@@ -67,8 +69,9 @@ def gpu_model(name: str, memory_mib: int | None = None) -> str | None:
     return family if family in GPUS else None
 
 
-def nvml_devices() -> list[tuple[str, int]] | None:
-    """Every GPU's (name, total memory in bytes) from NVML; None without ``nvidia-ml-py`` or a driver."""
+def _ask_nvml(query: Callable[[Any], T]) -> T | None:
+    """``query(pynvml)`` between NVML's init and shutdown; None without ``nvidia-ml-py``, a driver, or an
+    answer (any NVMLError: the caller falls back to what else it knows)."""
     try:
         import pynvml  # type: ignore[import-not-found]
     except ImportError:
@@ -78,13 +81,7 @@ def nvml_devices() -> list[tuple[str, int]] | None:
     except Exception:  # NVMLError: no driver, no library
         return None
     try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            out.append((name.decode() if isinstance(name, bytes) else str(name),
-                        int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)))
-        return out
+        return query(pynvml)
     except Exception:
         return None
     finally:
@@ -92,6 +89,19 @@ def nvml_devices() -> list[tuple[str, int]] | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _name(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def nvml_devices() -> list[tuple[str, int]] | None:
+    """Every GPU's (name, total memory in bytes) from NVML; None without ``nvidia-ml-py`` or a driver."""
+    def devices(nv: Any) -> list[tuple[str, int]]:
+        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        return [(_name(nv.nvmlDeviceGetName(h)), int(nv.nvmlDeviceGetMemoryInfo(h).total)) for h in handles]
+
+    return _ask_nvml(devices)
 
 
 def smi_devices(run: Runner = run_command) -> list[tuple[str, int]] | None:
@@ -137,24 +147,8 @@ def discover(fallback_gpu: str, fallback_count: int, *, nvml: NvmlQuery = nvml_d
 
 def nvml_utilization() -> list[float] | None:
     """Every GPU's utilisation (percent) from NVML; None when NVML cannot be asked."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        return [float(pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu)
-                for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return _ask_nvml(lambda nv: [float(nv.nvmlDeviceGetUtilizationRates(nv.nvmlDeviceGetHandleByIndex(i)).gpu)
+                                 for i in range(nv.nvmlDeviceGetCount())])
 
 
 def utilization(*, nvml: Callable[[], list[float] | None] = nvml_utilization,
