@@ -19,13 +19,12 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
-
 from providers.base import Instance, Provider, ProviderError
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
 from scheduler.money import Money
+from tests.optional import missing
 
 _MISSING = [m for m in ("aliyunsdkcore", "aliyunsdkecs") if importlib.util.find_spec(m) is None]
 if not _MISSING:
@@ -132,7 +131,7 @@ class AlibabaHarness:
 
 def _make() -> AlibabaHarness:
     if _MISSING:
-        pytest.skip(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): "
+        missing(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): "
                     "pip install '.[alibaba]' (from the checkout)")
     return AlibabaHarness()
 

@@ -45,8 +45,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 from xml.sax.saxutils import escape
 
-import pytest
-
 from providers.base import (
     AuthFailed,
     Instance,
@@ -62,6 +60,7 @@ from providers.base import (
 from providers.catalog import load_catalog
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer
+from tests.optional import missing
 
 if TYPE_CHECKING:
     from botocore.awsrequest import AWSPreparedRequest, AWSResponse
@@ -440,7 +439,7 @@ class AwsHarness:
 
 def _make_harness() -> AwsHarness:
     if _MISSING:
-        pytest.skip(f"the AWS cases need {' and '.join(_MISSING)}: pip install '.[test]' (from the checkout)")
+        missing(f"the AWS cases need {' and '.join(_MISSING)}: pip install '.[test]' (from the checkout)")
     return AwsHarness()
 
 

@@ -12,7 +12,6 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Callable
 
-import pytest
 from pydantic import SecretStr
 
 from providers.base import Instance, Provider, ProviderError
@@ -20,6 +19,7 @@ from providers.catalog import filter_offers, load_catalog
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
+from tests.optional import missing
 
 try:  # the Tencent SDK is an optional dependency (gpusched[tencent])
     from providers.emulators.tencent_cvm import TencentCvmEmulator
@@ -131,7 +131,7 @@ class TencentHarness:
 
 def _tencent() -> TencentHarness:
     if _SDK_MISSING is not None:
-        pytest.skip(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install '.[tencent]' (from the checkout)")
+        missing(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install '.[tencent]' (from the checkout)")
     return TencentHarness()
 
 
