@@ -67,9 +67,9 @@ def test_feishu_gets_an_interactive_card() -> None:
 
 def test_each_webhook_is_posted_its_shape_and_a_refusal_is_reported_without_the_token() -> None:
     with webhook_receiver() as (base, posts), httpx.Client() as http:
-        ok = {s: post_webhook(s, SecretStr(f"{base}/{s}/hook?token=tok{s}123"), NOTICE, http=http)
+        ok = {s: post_webhook(s, SecretStr(f"{base}/{s}/hook?token=tok{s}QxZ7"), NOTICE, http=http)
               for s in ("slack", "dingtalk", "wecom", "feishu")}
-        refused = {s: post_webhook(s, SecretStr(f"{base}/refuse/{s}/hook?access_token=tok{s}456"), NOTICE, http=http)
+        refused = {s: post_webhook(s, SecretStr(f"{base}/refuse/{s}/hook?access_token=tok{s}WvY9"), NOTICE, http=http)
                    for s in ("slack", "dingtalk", "wecom", "feishu")}
     assert all(o.ok for o in ok.values()), ok
     assert posts.for_service("slack")[0] == chat_payload("slack", NOTICE)
@@ -81,7 +81,7 @@ def test_each_webhook_is_posted_its_shape_and_a_refusal_is_reported_without_the_
     assert "310000" in refused["dingtalk"].detail and "93000" in refused["wecom"].detail
     assert "19021" in refused["feishu"].detail
     for o in [*ok.values(), *refused.values()]:
-        assert "123" not in o.detail and "456" not in o.detail and "/hook" not in o.detail, o.detail
+        assert "QxZ7" not in o.detail and "WvY9" not in o.detail and "/hook" not in o.detail, o.detail
 
 
 def test_an_unreachable_webhook_is_a_failure_in_words(unused_port: int) -> None:
