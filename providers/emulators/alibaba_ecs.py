@@ -44,20 +44,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import re
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl
 
 from providers.base import (
     AuthFailed,
@@ -70,8 +66,20 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.alibaba_rpc import (
+    LISTEN_HOST,
+    RpcAuthenticator,
+    RpcError,
+    RpcServer,
+    missing_parameter,
+    percent_encode,
+    rpc_error_body,
+    rpc_json,
+    rpc_signature,
+    string_to_sign,
+)
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
-from scheduler.clock import Clock, SystemClock
+from scheduler.clock import Clock
 from scheduler.models import Capacity, Offer, Stock
 
 __all__ = [
@@ -86,7 +94,6 @@ __all__ = [
 
 API_VERSION = "2014-05-26"
 HOST_ID = "ecs.aliyuncs.com"
-LISTEN_HOST = "127.0.0.1"
 MAX_PAGE = 100
 MAX_TAGS = 20
 MAX_USER_DATA = 32 * 1024
@@ -131,14 +138,8 @@ _CLASS_CODES: tuple[tuple[type[ProviderError], tuple[int, str, str]], ...] = (
 )
 
 
-class EcsError(Exception):
-    """An ECS error answer: HTTP status, vendor code and message."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
+# ECS's errors are the gateway's RPC errors; the name stays for readers of this module.
+EcsError = RpcError
 
 
 class _DropConnection(Exception):
@@ -177,25 +178,6 @@ class _Launch:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-def percent_encode(text: str) -> str:
-    """RFC 3986 over UTF-8: only A-Z a-z 0-9 - _ . ~ stay as they are."""
-    return quote(text, safe="")
-
-
-def string_to_sign(method: str, params: Mapping[str, str]) -> str:
-    """``METHOD&%2F&percentEncode(canonicalized query)``; ``Signature`` itself is left out."""
-    canonical = "&".join(
-        f"{percent_encode(k)}={percent_encode(v)}" for k, v in sorted(params.items()) if k != "Signature"
-    )
-    return f"{method.upper()}&{percent_encode('/')}&{percent_encode(canonical)}"
-
-
-def rpc_signature(method: str, params: Mapping[str, str], secret: str) -> str:
-    """Signature v1: base64(HMAC-SHA1(secret + "&", string to sign))."""
-    digest = hmac.new(f"{secret}&".encode(), string_to_sign(method, params).encode(), hashlib.sha1).digest()
-    return base64.b64encode(digest).decode()
-
-
 class AlibabaEcsEmulator:
     """ECS's RPC API on 127.0.0.1 over one SandboxCloud.
 
@@ -214,13 +196,10 @@ class AlibabaEcsEmulator:
         port: int = 0,
     ) -> None:
         self.cloud = cloud
-        self._credentials = dict(credentials)
-        self._wall_clock = wall_clock if wall_clock is not None else SystemClock()
-        self._max_skew = timedelta(seconds=max_skew_seconds)
+        self._auth = RpcAuthenticator(credentials, wall_clock=wall_clock, max_skew_seconds=max_skew_seconds)
         # Read once, before any test scripts faults into the cloud's offers().
         self._regions = frozenset(o.region for o in cloud.offers())
         self._lock = threading.Lock()
-        self._nonces: set[tuple[str, str]] = set()
         self._launches: dict[str, _Launch] = {}
         self._calls: list[Call] = []
         self._requests = 0
@@ -237,17 +216,13 @@ class AlibabaEcsEmulator:
             "DescribeSpotPriceHistory": self._describe_spot_price_history,
             "DescribeAvailableResource": self._describe_available_resource,
         }
-        self._server = _Server((LISTEN_HOST, port), _Handler, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="alibaba-ecs-emulator", daemon=True
-        )
-        self._thread.start()
+        self._server = RpcServer(self, port=port, name="alibaba-ecs-emulator")
 
     # --- lifecycle ----------------------------------------------------------
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
 
     @property
     def endpoint(self) -> str:
@@ -255,10 +230,7 @@ class AlibabaEcsEmulator:
         return f"{LISTEN_HOST}:{self.port}"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._server.drop_connections()
-        self._thread.join(timeout=5)
+        self._server.close()
 
     def __enter__(self) -> Self:
         return self
@@ -291,7 +263,7 @@ class AlibabaEcsEmulator:
                 if path != "/":
                     raise EcsError(404, "InvalidAction.NotFound",
                                    "Specified api is not found, please check your url and method.")
-                self._authenticate(method, params)
+                self._auth.check(method, params)
                 run = self._actions.get(action)
                 if run is None:
                     raise EcsError(404, "InvalidAction.NotFound",
@@ -306,47 +278,12 @@ class AlibabaEcsEmulator:
                 self._calls.append(Call(method, action, params, 0, "RequestTimeout"))
                 return None
             except EcsError as exc:
-                answer = {
-                    "RequestId": request_id,
-                    "HostId": HOST_ID,
-                    "Code": exc.code,
-                    "Message": exc.message,
-                    "Recommend": f"https://api.aliyun.com/troubleshoot?q={exc.code}&product=Ecs&requestId={request_id}",
-                }
+                answer = rpc_error_body(exc, request_id, HOST_ID, "Ecs")
                 self._calls.append(Call(method, action, params, exc.status, exc.code, answer))
-                return exc.status, _json(answer)
+                return exc.status, rpc_json(answer)
             answer = {**result, "RequestId": request_id}
             self._calls.append(Call(method, action, params, 200, "", answer))
-            return 200, _json(answer)
-
-    def _authenticate(self, method: str, p: Mapping[str, str]) -> None:
-        for name in ("AccessKeyId", "Signature", "SignatureMethod", "SignatureVersion", "SignatureNonce",
-                     "Timestamp", "Version", "Action"):
-            if not p.get(name):
-                raise _missing(name)
-        if p["SignatureMethod"] != "HMAC-SHA1":
-            raise EcsError(400, "InvalidSignatureMethod", "Specified signature method is not valid.")
-        if p["SignatureVersion"] != "1.0":
-            raise EcsError(400, "InvalidSignatureVersion", "Specified signature version is not valid.")
-        secret = self._credentials.get(p["AccessKeyId"])
-        if secret is None:
-            raise EcsError(404, "InvalidAccessKeyId.NotFound", "Specified access key is not found.")
-        try:
-            stamp = datetime.strptime(p["Timestamp"], _TIMESTAMP).replace(tzinfo=UTC)
-        except ValueError:
-            raise EcsError(400, "InvalidTimeStamp.Format",
-                           "Specified time stamp or date value is not well formatted.") from None
-        if abs(self._wall_clock.now() - stamp) > self._max_skew:
-            raise EcsError(400, "InvalidTimeStamp.Expired", "Specified time stamp or date value is expired.")
-        expected = rpc_signature(method, p, secret)
-        if not hmac.compare_digest(expected.encode(), p["Signature"].encode()):
-            raise EcsError(400, "SignatureDoesNotMatch",
-                           "Specified signature is not matched with our calculation. "
-                           f"server string to sign is:{string_to_sign(method, p)}")
-        nonce = (p["AccessKeyId"], p["SignatureNonce"])
-        if nonce in self._nonces:
-            raise EcsError(400, "SignatureNonceUsed", "Specified signature nonce was used already.")
-        self._nonces.add(nonce)
+            return 200, rpc_json(answer)
 
     # --- actions ------------------------------------------------------------------
 
@@ -673,9 +610,7 @@ def _vendor_error(exc: ProviderError) -> EcsError | _DropConnection:
     return EcsError(500, "InternalError", "The request processing has failed due to some unknown error.")
 
 
-def _missing(name: str) -> EcsError:
-    return EcsError(400, "MissingParameter",
-                    f'The input parameter "{name}" that is mandatory for processing this request is not supplied.')
+_missing = missing_parameter
 
 
 def _required(p: Mapping[str, str], name: str) -> str:
@@ -768,80 +703,3 @@ def _user_data(p: Mapping[str, str]) -> str:
     except (binascii.Error, UnicodeDecodeError):
         raise EcsError(400, "InvalidUserData.Base64FormatInvalid",
                        "The specified UserData is not valid Base64.") from None
-
-
-def _json(payload: Mapping[str, Any]) -> bytes:
-    # Decimal goes out as a JSON number, as the gateway writes prices.
-    return json.dumps(payload, default=lambda o: float(o) if isinstance(o, Decimal) else str(o)).encode()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 emulator: AlibabaEcsEmulator) -> None:
-        self.emulator = emulator
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, handler)
-
-    def track(self, conn: socket.socket, open_: bool) -> None:
-        with self._open_lock:
-            (self._open.add if open_ else self._open.discard)(conn)
-
-    def drop_connections(self) -> None:
-        """Close keep-alive connections still held by clients, so their handler threads end."""
-        with self._open_lock:
-            conns, self._open = list(self._open), set()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        # Without it, Nagle's algorithm meets the client's delayed ACK: 40 ms per keep-alive answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.track(self.connection, True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.track(self.connection, False)
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        target = urlsplit(self.path)
-        outcome = self.server.emulator.handle(
-            self.command, target.path or "/", target.query, body, self.headers.get("Content-Type", "")
-        )
-        if outcome is None:
-            self.close_connection = True
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            return
-        status, data = outcome
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json;charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the test's own assertions say what matters; per-request lines are noise
