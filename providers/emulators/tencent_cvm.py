@@ -41,20 +41,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import random
 import re
-import socket
 import string
 import threading
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Mapping, Sequence
+from http.server import ThreadingHTTPServer
+from typing import Any, Callable, Mapping
 
 from tencentcloud.cvm.v20170312 import models as cvm_models
 
@@ -69,8 +66,18 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.tencent_tc3 import (
+    JSON_TYPE,
+    ApiError,
+    DropConnection,
+    Tc3Verifier,
+    api3_handler,
+    canonical_request,
+    string_to_sign,
+    tc3_signature,
+)
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
-from scheduler.clock import Clock, SystemClock
+from scheduler.clock import Clock
 from scheduler.models import Capacity, Offer, Stock
 
 __all__ = [
@@ -85,21 +92,13 @@ __all__ = [
 
 API_VERSION = "2017-03-12"
 SERVICE = "cvm"
-ALGORITHM = "TC3-HMAC-SHA256"
-JSON_TYPE = "application/json"
-SIGNATURE_TTL = timedelta(minutes=5)  # CVM refuses a timestamp further off than this
 MAX_USER_DATA_BYTES = 16 * 1024
 MAX_TOKEN_CHARS = 64
 MAX_IDS = 100
 MAX_FILTERS = 10
 MAX_FILTER_VALUES = 5
 DEFAULT_LIMIT = 20
-UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 
-_AUTHORIZATION = re.compile(
-    r"^TC3-HMAC-SHA256 Credential=(?P<secret_id>[^/\s,]+)/(?P<date>\d{4}-\d{2}-\d{2})/(?P<service>[a-z0-9]+)"
-    r"/tc3_request, SignedHeaders=(?P<signed>[a-z0-9\-;]+), Signature=(?P<signature>[0-9a-f]{64})$"
-)
 _INSTANCE_ID = re.compile(r"^ins-[a-z0-9]{8}$")
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -117,17 +116,9 @@ _CHARGE = {Capacity.spot: "SPOTPAID", Capacity.on_demand: "POSTPAID_BY_HOUR"}
 _CAPACITY = {v: k for k, v in _CHARGE.items()}
 
 
-class CvmError(Exception):
-    """One CVM error answer: ``{"Response": {"Error": {"Code", "Message"}, "RequestId"}}``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
-class _DropConnection(Exception):
-    """The call took effect but its answer is lost: close the connection without one."""
+# CVM's errors are API 3.0's; the names stay for readers of this module.
+CvmError = ApiError
+_DropConnection = DropConnection
 
 
 @dataclass(frozen=True)
@@ -153,30 +144,6 @@ class _Extra:
     destroy_at: datetime | None = None
 
 
-# --- TC3-HMAC-SHA256 ---------------------------------------------------------------
-
-
-def canonical_request(
-    method: str, path: str, query: str, headers: Mapping[str, str], signed: Sequence[str], payload_hash: str
-) -> str:
-    """The canonical request of TC3: header names and values lower-cased and trimmed."""
-    lines = "".join(f"{name}:{headers.get(name, '').strip().lower()}\n" for name in signed)
-    return f"{method}\n{path}\n{query}\n{lines}\n{';'.join(signed)}\n{payload_hash}"
-
-
-def string_to_sign(timestamp: int, date: str, service: str, canonical: str) -> str:
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-    return f"{ALGORITHM}\n{timestamp}\n{date}/{service}/tc3_request\n{digest}"
-
-
-def tc3_signature(secret_key: str, date: str, service: str, to_sign: str) -> str:
-    """Hex HMAC-SHA256 of ``to_sign`` under the key chain ("TC3" + secret, date) -> service -> "tc3_request"."""
-    key = hmac.new(f"TC3{secret_key}".encode(), date.encode("utf-8"), hashlib.sha256).digest()
-    key = hmac.new(key, service.encode("utf-8"), hashlib.sha256).digest()
-    key = hmac.new(key, b"tc3_request", hashlib.sha256).digest()
-    return hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-
-
 # --- the emulator --------------------------------------------------------------------
 
 
@@ -200,12 +167,9 @@ class TencentCvmEmulator:
         record_requests: bool = False,
         port: int = 0,
     ) -> None:
-        if not credentials:
-            raise ValueError("the emulator needs at least one SecretId -> SecretKey pair")
+        self._verifier = Tc3Verifier(credentials, SERVICE, signing_clock=signing_clock)
         self.cloud = cloud
         self._clock = clock
-        self._credentials = dict(credentials)
-        self._signing_clock = signing_clock or SystemClock()
         self._rng = random.Random(f"{seed}:tencent-cvm")
         self._lock = threading.Lock()
         self._to_tencent: dict[str, str] = {}
@@ -233,7 +197,7 @@ class TencentCvmEmulator:
             )
             for action in self._actions
         }
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), api3_handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="tencent-cvm-emulator", daemon=True
@@ -291,6 +255,11 @@ class TencentCvmEmulator:
         with self._lock:
             return self._sandbox_id(instance_id)
 
+    def tencent_id(self, sandbox_id: str) -> str:
+        """The CVM id this emulator shows for a sandbox instance (what its bill names it by)."""
+        with self._lock:
+            return self._tencent_id(sandbox_id)
+
     def cam_role_of(self, instance_id: str) -> str:
         with self._lock:
             return self._extra[self._sandbox_id(instance_id)].cam_role_name
@@ -311,7 +280,7 @@ class TencentCvmEmulator:
             try:
                 action = lower.get("x-tc-action", "")
                 self.action_counts[action] = self.action_counts.get(action, 0) + 1
-                self._authenticate(method, path, lower, body)
+                self._verifier.check(method, path, lower, body)
                 params = self._parse(action, lower, body)
                 region = lower.get("x-tc-region", "")
                 if region not in self._regions:
@@ -329,37 +298,6 @@ class TencentCvmEmulator:
                 answer = {"Error": {"Code": "InternalError", "Message": f"emulator fault: {exc!r}"}}
             answer["RequestId"] = request_id
             return json.dumps({"Response": answer}).encode("utf-8")
-
-    def _authenticate(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> None:
-        if method != "POST" or path != "/":
-            raise CvmError("UnsupportedProtocol", "this endpoint takes POST / with a JSON body")
-        found = _AUTHORIZATION.match(headers.get("authorization", ""))
-        if found is None:
-            raise CvmError("AuthFailure.InvalidAuthorization", "the Authorization header is not TC3-HMAC-SHA256")
-        signed = found["signed"].split(";")
-        if "content-type" not in signed or "host" not in signed:
-            raise CvmError("AuthFailure.InvalidAuthorization", "SignedHeaders must include content-type and host")
-        secret = self._credentials.get(found["secret_id"])
-        if secret is None:
-            raise CvmError("AuthFailure.SecretIdNotFound", "the SecretId is not found, please ensure it exists")
-        try:
-            timestamp = int(headers.get("x-tc-timestamp", ""))
-        except ValueError:
-            raise CvmError("AuthFailure.SignatureFailure", "X-TC-Timestamp is not a Unix time") from None
-        stamped = datetime.fromtimestamp(timestamp, tz=timezone.utc)
-        if abs(self._signing_clock.now() - stamped) > SIGNATURE_TTL:
-            raise CvmError("AuthFailure.SignatureExpire",
-                           "the signature expired: the timestamp is more than 5 minutes off")
-        if found["date"] != stamped.strftime("%Y-%m-%d") or found["service"] != SERVICE:
-            raise CvmError("AuthFailure.SignatureFailure",
-                           "the credential scope does not match the timestamp or service")
-        unsigned = headers.get("x-tc-content-sha256") == UNSIGNED_PAYLOAD
-        payload_hash = hashlib.sha256(UNSIGNED_PAYLOAD.encode() if unsigned else body).hexdigest()
-        canonical = canonical_request(method, path, "", headers, signed, payload_hash)
-        expected = tc3_signature(secret, found["date"], SERVICE,
-                                 string_to_sign(timestamp, found["date"], SERVICE, canonical))
-        if not hmac.compare_digest(expected, found["signature"]):
-            raise CvmError("AuthFailure.SignatureFailure", "the provided credentials could not be validated")
 
     def _parse(self, action: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         if headers.get("content-type", "").split(";")[0].strip() != JSON_TYPE:
@@ -853,42 +791,3 @@ def _vendor_error(exc: ProviderError, action: str, capacity: Capacity | None) ->
 
 
 # --- HTTP ----------------------------------------------------------------------------
-
-
-def _handler_for(emulator: TencentCvmEmulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the SDK's session reuses connections
-        timeout = 10  # an idle kept-alive connection closes and frees its thread
-
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body leave in two writes; with Nagle on, a kept-alive
-            # connection then waits for the client's delayed ACK (~40 ms a call).
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_POST(self) -> None:
-            self._answer()
-
-        def do_GET(self) -> None:
-            self._answer()
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            path = self.path.split("?")[0]
-            try:
-                payload = emulator.handle(self.command, path, dict(self.headers.items()), body)
-            except _DropConnection:
-                self.close_connection = True
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", JSON_TYPE)  # exactly this: the SDK ignores errors otherwise
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    return Handler
-
