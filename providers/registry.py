@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 from providers.base import TAG_MANAGED, Provider, ProviderError
+from providers.bills import BillReader
 from providers.catalog import filter_offers, load_catalog
 from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import Clock
@@ -53,6 +54,39 @@ def build_live(settings: Settings, clock: Clock, **overrides: dict[str, object])
         config = load_cloud_config(getattr(module, config_name), name, **overrides.get(name, {}))
         providers[name] = module.from_config(config, clock)
     return providers
+
+
+# provider name -> its bill reader's module (``from_config(config, clock)``); the config is the adapter's.
+BILL_READERS = {
+    "aws": "providers.aws.bills",
+    "alibaba": "providers.alibaba.bills",
+    "tencent": "providers.tencent.bills",
+}
+
+
+def build_bill_reader(name: str, clock: Clock, *, env_file: str | None = ".env", **overrides: object) -> BillReader:
+    """One cloud's bill reader, its config read from GPUSCHED_<CLOUD>_* (``overrides`` win: tests, the demo)."""
+    module_name, config_name = ADAPTERS[name]
+    try:
+        config_cls = getattr(importlib.import_module(module_name), config_name)
+        readers = importlib.import_module(BILL_READERS[name])
+    except ImportError as exc:
+        raise UserError(f"the {name} SDK for its bills is not installed ({exc.name})",
+                        fix=install_hint(name)) from None
+    config = load_cloud_config(config_cls, name, env_file=env_file, **overrides)
+    reader: BillReader = readers.from_config(config, clock)
+    return reader
+
+
+def build_bill_readers(settings: Settings, clock: Clock) -> dict[str, BillReader]:
+    """The readers of the clouds' own bills that GPUSCHED_BILLS names; none when it names none."""
+    if not settings.bills:
+        return {}
+    if settings.backend != "live":
+        raise UserError("GPUSCHED_BILLS reads your cloud accounts' bills, but GPUSCHED_BACKEND is sandbox: "
+                        "its machines never reach a bill",
+                        fix="set GPUSCHED_BACKEND=live with the clouds' credentials, or leave GPUSCHED_BILLS empty")
+    return {name: build_bill_reader(name, clock) for name in settings.bills}
 
 
 def build_providers(settings: Settings, clock: Clock) -> dict[str, Provider]:

@@ -32,6 +32,9 @@ class AlibabaConfig(Frozen):
     spot_duration_hours: int = Field(default=0, ge=0, le=1)  # protected hours of a spot instance
     auto_release_hours: int | None = Field(default=None, ge=1, le=24 * 365)  # backstop: ECS releases by itself
     endpoint: str = ""  # "host[:port]" override (tests, VPC endpoints); empty: the SDK's regional endpoint
+    # BSS OpenAPI (the bills, providers/alibaba/bills.py): China site business.aliyuncs.com, international
+    # business.ap-southeast-1.aliyuncs.com; "host[:port]" of an emulator in tests.
+    bss_endpoint: str = "business.aliyuncs.com"
     protocol: Literal["https", "http"] = "https"
     connect_timeout_seconds: int = Field(default=5, ge=1)
     read_timeout_seconds: int = Field(default=10, ge=1)

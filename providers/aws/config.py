@@ -32,6 +32,9 @@ class AwsConfig(Frozen):
     key_name: str | None = None
     instance_profile: str | None = None  # IAM instance profile name, or its ARN
     endpoint_url: str | None = None  # tests: a local moto server
+    # Cost Explorer (the bills, providers/aws/bills.py) is one global endpoint: us-east-1 (cn-northwest-1 for
+    # the China partition). endpoint_url, when set, serves it too (moto serves every service on one port).
+    cost_explorer_region: str = "us-east-1"
     page_size: int = Field(default=100, ge=5, le=1000)  # DescribeInstances MaxResults allows 5..1000
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     read_timeout_seconds: float = Field(default=30.0, gt=0)

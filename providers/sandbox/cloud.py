@@ -444,6 +444,17 @@ class SandboxCloud:
                     return at
             return machine.state_since
 
+    def now(self) -> datetime:
+        """The cloud's own time (its injected clock)."""
+        return self._clock.now()
+
+    def price_on(self, instance_id: str, day: date) -> Price | None:
+        """What the instance's hours cost on ``day`` (its offer at its capacity: spot at that day's price);
+        what the cloud's own bill charges it (``providers/sandbox/billing.py``)."""
+        with self._lock:
+            machine = self._any_machine(instance_id)
+            return self._price(market_key(machine.offer), machine.offer, machine.capacity, day)
+
     def history(self, instance_id: str) -> list[tuple[datetime, InstanceState]]:
         """Every state the instance entered, with the moment it was due."""
         with self._lock:

@@ -29,6 +29,9 @@ class TencentConfig(Frozen):
     system_disk_gb: int | None = Field(default=None, ge=20, le=2048)
     max_lifetime_hours: float | None = Field(default=None, gt=0)  # ActionTimer backstop: destroyed after this
     endpoint: str | None = None  # host[:port]; None: the SDK's cvm.tencentcloudapi.com
+    # The Billing API (the bills, providers/tencent/bills.py): None: the SDK's billing.tencentcloudapi.com
+    # (the international site also answers at billing.intl.tencentcloudapi.com); host[:port] of an emulator.
+    billing_endpoint: str | None = None
     protocol: Literal["https", "http"] = "https"
     currency: Literal["USD", "CNY"] = "USD"  # the account's site: international USD, China CNY
     live_prices: bool = True
@@ -37,7 +40,7 @@ class TencentConfig(Frozen):
 
     @model_validator(mode="after")
     def _plain_http_only_for_an_explicit_endpoint(self) -> TencentConfig:
-        if self.protocol == "http" and not self.endpoint:
+        if self.protocol == "http" and not self.endpoint and not self.billing_endpoint:
             raise ValueError("protocol http needs an explicit endpoint (a local emulator); the cloud is https")
         if self.subnet_ids and not self.vpc_id:
             raise ValueError("subnet_ids need vpc_id")
