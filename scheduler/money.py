@@ -132,3 +132,36 @@ def total(items: Iterable[Money], currency: str, fx: FxRates | None = None) -> M
             m = fx.convert(m, currency)
         acc = acc + m
     return acc
+
+
+_FX_ENTRY_RE = re.compile(
+    r"^\s*(?P<month>[0-9]{4}-[0-9]{2})\s*[:\s]\s*(?P<src>[A-Za-z]{3})\s*/\s*(?P<dst>[A-Za-z]{3})\s*[=\s]\s*"
+    r"(?P<rate>[0-9]+(?:\.[0-9]+)?)\s*$"
+)
+
+
+def parse_fx_rates(text: str, *, where: str = "") -> dict[str, Decimal]:
+    """Dated rates, one entry a line: ``2026-11:USD/CNY=7.12`` (or ``2026-11 USD/CNY 7.12``), as
+    {month: CNY per USD}. ``CNY/USD=0.1404`` is taken as its inverse. Blank lines and ``#`` comments are
+    skipped. A month given twice must say the same rate. Raises ValueError naming the line."""
+    rates: dict[str, Decimal] = {}
+    place = f"{where}: " if where else ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _FX_ENTRY_RE.match(line)
+        if m is None:
+            raise ValueError(f"{place}entry {number} {line[:60]!r} is not like 2026-11:USD/CNY=7.12")
+        src, dst = m["src"].upper(), m["dst"].upper()
+        if {src, dst} != {"USD", "CNY"}:
+            raise ValueError(f"{place}entry {number}: gpusched converts between USD and CNY only, not {src}/{dst}")
+        rate = Decimal(m["rate"])
+        if rate <= 0:
+            raise ValueError(f"{place}entry {number}: a rate must be above 0")
+        cny_per_usd = rate if src == "USD" else Decimal(1) / rate
+        month = m["month"]
+        if month in rates and rates[month] != cny_per_usd:
+            raise ValueError(f"{place}{month} is given twice with different rates ({rates[month]} and {cny_per_usd})")
+        rates[month] = cny_per_usd
+    return rates

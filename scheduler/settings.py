@@ -17,13 +17,22 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
 from scheduler.models import ReservedCapacity
-from scheduler.money import FxRates, Money
+from scheduler.money import FxRates, Money, parse_fx_rates
 
 _MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
 DAY_S = 86_400
@@ -31,8 +40,18 @@ WEEK_MIN = 7 * 24 * 60
 YEAR_H = 366 * 24
 MAX_SPEEDUP = 100_000  # a sandbox year in about five minutes
 MAX_TEAM_BUDGET = Decimal(10) ** 9
+_FX_FILE_LIMIT = 1024 * 1024
 _MAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+$")
 WEBHOOK_SERVICES = ("slack", "dingtalk", "wecom", "feishu")
+
+
+class FxRatesFile(BaseModel):
+    """GPUSCHED_FX_RATES_FILE: the file, and the dated rates read from it when the settings were loaded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Path
+    rates: dict[str, Decimal]
 
 
 class Settings(BaseSettings):
@@ -94,6 +113,18 @@ class Settings(BaseSettings):
     # Dated rates, JSON {"2026-10": "7.12", "2026-11": "7.18"}: a month's report (and each month of its
     # trend) converts at its own month's rate; a month not listed uses fx_usd_cny.
     fx_usd_cny_by_month: dict[str, Decimal] = {}
+    # The same, written pair by pair: "2026-11:USD/CNY=7.12,2026-10:USD/CNY=7.09" (CNY/USD=0.1404 is taken
+    # as its inverse) ...
+    fx_rates: Annotated[dict[str, Decimal], NoDecode] = {}
+    # ... or a file of such entries, one a line (# comments); scheduler/money.py parse_fx_rates reads both.
+    # A month given twice must say the same rate. Which wins, none: two different rates for one month refuse.
+    fx_rates_file: FxRatesFile | None = None
+    # Which clouds' own bills the monthly report reconciles with the ledger (scheduler/accounting/
+    # reconcile_bills.py): "aws,alibaba,tencent" or a subset; empty: none. Needs GPUSCHED_BACKEND=live and each
+    # cloud's credentials with billing read access (README, "Reports").
+    bills: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = []
+    # The difference between the ledger and a cloud's bill the reconciliation accepts, in percent.
+    bill_tolerance_pct: Decimal = Field(default=Decimal(1), ge=0, le=100, allow_inf_nan=False)
     report_cron: str = "0 6 1 * *"  # minute hour day month weekday: 06:00 on the 1st
     report_dir: Path | None = None  # empty: <data_dir>/reports
 
@@ -125,7 +156,7 @@ class Settings(BaseSettings):
     log_format: Literal["json", "console"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    @field_validator("providers", mode="before")
+    @field_validator("providers", "bills", mode="before")
     @classmethod
     def _csv(cls, v: object) -> object:
         if isinstance(v, str) and not v.strip().startswith("["):
@@ -215,15 +246,52 @@ class Settings(BaseSettings):
             return json.loads(v) if v.strip() else {}
         return v
 
-    @field_validator("fx_usd_cny_by_month")
+    @field_validator("fx_usd_cny_by_month", "fx_rates")
     @classmethod
     def _fx_months(cls, v: dict[str, Decimal]) -> dict[str, Decimal]:
-        for month, rate in v.items():
-            if not _MONTH_RE.match(month):
-                raise ValueError(f"key {month!r} is not a month like 2026-11")
-            if not (rate.is_finite() and 0 < rate <= 1000):
-                raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
+        return _check_fx_months(v)
+
+    @field_validator("fx_rates", mode="before")
+    @classmethod
+    def _fx_pairs(cls, v: object) -> object:
+        if isinstance(v, str):
+            return parse_fx_rates(v.replace(",", "\n"), where="")
         return v
+
+    @field_validator("fx_rates_file", mode="before")
+    @classmethod
+    def _fx_file(cls, v: object) -> object:
+        if isinstance(v, str) and not v.strip():
+            return None
+        if isinstance(v, (str, Path)):
+            path = Path(v)
+            try:
+                with path.open("rb") as fh:
+                    data = fh.read(_FX_FILE_LIMIT + 1)
+            except OSError as exc:
+                raise ValueError(f"cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+            if len(data) > _FX_FILE_LIMIT:
+                raise ValueError(f"{path} is over {_FX_FILE_LIMIT // 1024} KiB; it holds one line per month and pair")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path} is not UTF-8 text") from None
+            return FxRatesFile(path=path, rates=_check_fx_months(parse_fx_rates(text, where=str(path))))
+        return v
+
+    @model_validator(mode="after")
+    def _one_rate_per_month(self) -> "Settings":
+        sources = [("GPUSCHED_FX_USD_CNY_BY_MONTH", self.fx_usd_cny_by_month), ("GPUSCHED_FX_RATES", self.fx_rates)]
+        if self.fx_rates_file is not None:
+            sources.append((f"GPUSCHED_FX_RATES_FILE ({self.fx_rates_file.path})", self.fx_rates_file.rates))
+        seen: dict[str, tuple[str, Decimal]] = {}
+        for name, rates in sources:
+            for month, rate in rates.items():
+                if month in seen and seen[month][1] != rate:
+                    raise ValueError(f"{seen[month][0]} and {name} give {month} two USD/CNY rates "
+                                     f"({seen[month][1]} and {rate}); keep one")
+                seen.setdefault(month, (name, rate))
+        return self
 
     @field_validator("team_budgets")
     @classmethod
@@ -257,9 +325,32 @@ class Settings(BaseSettings):
         """Today's rates: what plans and budgets convert with."""
         return FxRates(base="CNY", rates={"USD": self.fx_usd_cny})
 
+    @property
+    def fx_by_month(self) -> dict[str, Decimal]:
+        """Every dated USD/CNY rate, from GPUSCHED_FX_USD_CNY_BY_MONTH, GPUSCHED_FX_RATES and the rates file
+        (they agree: a month given twice must say the same rate)."""
+        merged = dict(self.fx_usd_cny_by_month)
+        merged.update(self.fx_rates)
+        if self.fx_rates_file is not None:
+            merged.update(self.fx_rates_file.rates)
+        return merged
+
+    def fx_dated(self, month: str) -> bool:
+        """Whether ``month`` has a rate of its own (else it converts at GPUSCHED_FX_USD_CNY)."""
+        return month in self.fx_by_month
+
     def fx_for(self, month: str) -> FxRates:
         """The rates a report of ``month`` (``YYYY-MM``) converts with: that month's, else the default."""
-        return FxRates(base="CNY", rates={"USD": self.fx_usd_cny_by_month.get(month, self.fx_usd_cny)})
+        return FxRates(base="CNY", rates={"USD": self.fx_by_month.get(month, self.fx_usd_cny)})
+
+
+def _check_fx_months(v: dict[str, Decimal]) -> dict[str, Decimal]:
+    for month, rate in v.items():
+        if not _MONTH_RE.match(month):
+            raise ValueError(f"key {month!r} is not a month like 2026-11")
+        if not (rate.is_finite() and 0 < rate <= 1000):
+            raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
+    return v
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -270,7 +361,9 @@ def load_settings(**overrides: object) -> Settings:
         lines = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"][:1])  # the variable; deeper parts name JSON keys
-            lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}")
+            # A check across settings has no one variable: its message names them.
+            message = err["msg"].removeprefix("Value error, ")
+            lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}" if field else message)
         raise SettingsError("invalid settings: " + "; ".join(lines), fix="see .env.example") from None
     except PydanticSettingsError as exc:  # a value that is not valid JSON where JSON is expected
         raise SettingsError(f"invalid settings: {exc}", fix="lists and maps are JSON; see .env.example") from None

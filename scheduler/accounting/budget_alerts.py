@@ -114,7 +114,7 @@ def _month_so_far(settings: Settings, store: Store, month: str, now: datetime) -
         pending = [line for line in ledger.cost_lines(s, month, now) if not line.final]
         return build_report(
             s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now, open_costs=pending,
-            reserved=settings.reserved, fx_for=settings.fx_for, fx_dated=month in settings.fx_usd_cny_by_month,
+            reserved=settings.reserved, fx_for=settings.fx_for, fx_dated=settings.fx_dated(month),
             trend_months=0, team_budgets=settings.team_budgets,
         )  # fmt: skip
 
