@@ -13,11 +13,20 @@ from pathlib import Path
 
 import httpx
 
+from providers.bills import BillReader
+from scheduler.accounting.bill_render import render_bills_csv
 from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
 from scheduler.accounting.focus import write_focus
 from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_pdf import write_pdf
-from scheduler.accounting.report_render import fmt_money, fmt_pct, render_html, render_markdown, write_report
+from scheduler.accounting.report_render import (
+    fmt_money,
+    fmt_pct,
+    render_html,
+    render_markdown,
+    write_atomic,
+    write_report,
+)
 from scheduler.accounting.reports import monthly_report_and_focus
 from scheduler.settings import Settings
 from scheduler.store.database import Store
@@ -55,6 +64,10 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
     for t in r.team_budgets:
         facts.append((f"Budget {t.team}", f"{fmt_pct(t.used_pct)} of {fmt_money(t.budget)} used, forecast "
                                           f"{fmt_pct(t.forecast_pct)}"))
+    if r.bills is not None:
+        facts.append(("Bills vs ledger", "; ".join(
+            f"{c.cloud} {c.status}" + (f" ({fmt_pct(c.difference_pct)})" if c.difference_pct is not None else "")
+            + (f", {len(c.unknown)} unknown" if c.unknown else "") for c in r.bills.clouds)))
     names = ", ".join(p.name for p in paths.values())
     return Notice(
         title=f"GPU spend {r.month}: {fmt_money(r.total)}" + ("" if r.forecast is None else " so far"),
@@ -80,14 +93,18 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
 
 def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
                    store: Store | None = None, send: bool = True, http: httpx.Client | None = None,
-                   focus: bool = False) -> SentReport:
+                   focus: bool = False, bills: Mapping[str, BillReader] | None = None) -> SentReport:
     """Write the month's report files (the PDF too; with ``focus`` the FOCUS file) and, with ``send`` and
-    channels set up, deliver them."""
-    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
+    channels set up, deliver them. With ``bills`` (the clouds' bill readers) the report reconciles each
+    cloud's own bill with the ledger, and ``bills-<month>.csv`` lists every instance."""
+    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus, bills=bills)
     folder = out_dir or settings.reports_path
     paths = write_report(report, folder)
     if rows is not None:
         paths["focus"] = write_focus(rows, month, folder)
     paths["pdf"] = write_pdf(report, folder)
+    if report.bills is not None:
+        paths["bills"] = folder / f"bills-{month}.csv"
+        write_atomic(paths["bills"], render_bills_csv(report.bills))
     outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
     return SentReport(paths, outcomes)

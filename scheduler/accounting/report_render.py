@@ -21,6 +21,17 @@ from typing import Callable, Iterable, Sequence
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from scheduler.accounting.advice import CommitmentAdvice, RightSizing
+from scheduler.accounting.bill_render import (
+    BILL_HEADERS,
+    MISSING_HEADERS,
+    UNKNOWN_HEADERS,
+    bill_cells,
+    bill_csv_rows,
+    bills_markdown,
+    bills_notes,
+    missing_cells,
+    unknown_cells,
+)
 from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
 from scheduler.money import Money
 
@@ -158,6 +169,9 @@ def _environment() -> Environment:
     )
     env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label,
                        commitment=commitment_cells, sizing=right_sizing_cells)
+    env.globals.update(bill_cells=bill_cells, unknown_cells=unknown_cells, missing_cells=missing_cells,
+                       bills_notes=bills_notes, bill_headers=BILL_HEADERS, unknown_headers=UNKNOWN_HEADERS,
+                       missing_headers=MISSING_HEADERS)
     return env
 
 
@@ -239,6 +253,8 @@ def render_csv(report: MonthlyReport) -> str:
         for z in r.advice.right_sizing:
             row("advice_right_sizing", f"{z.model} @{z.img_size}: {z.gpu} -> {z.cheaper_gpu}", hours=z.gpu_hours,
                 savings=z.saving)  # fmt: skip
+    for section, key, cells in bill_csv_rows(r.bills):
+        row(section, key, **cells)
     for j in r.jobs:
         row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
             savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
@@ -402,6 +418,7 @@ def render_markdown(report: MonthlyReport) -> str:
                 for j in r.jobs
             ],
         )  # fmt: skip
+    lines += bills_markdown(r.bills)  # a month without spend can still be billed (a leak)
     lines += ["## Notes", "", *(f"- {n}" for n in r.notes), ""]
     return "\n".join(lines)
 

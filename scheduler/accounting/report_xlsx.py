@@ -17,6 +17,7 @@ from openpyxl import Workbook
 from openpyxl.styles import Font
 from openpyxl.worksheet.worksheet import Worksheet
 
+from scheduler.accounting.bill_render import render_bills_sheet
 from scheduler.accounting.report_models import Breakdown, MonthlyReport
 from scheduler.money import Money
 
@@ -152,6 +153,7 @@ def render_xlsx(report: MonthlyReport) -> bytes:
                   None if r.reserved_utilisation_pct is None else r.reserved_utilisation_pct / _HUNDRED,
                   r.reserved_fees.amount, r.reserved_fees.amount - r.reserved_unused.amount, r.reserved_unused.amount,
                   r.reserved_on_demand_value.amount, None])  # fmt: skip
+    render_bills_sheet(r.bills, lambda *a: _sheet(wb, *a), _money_format, _PCT_FORMAT)
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()

@@ -24,9 +24,11 @@ from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from providers.bills import BillReader
 from scheduler.accounting import ledger
 from scheduler.accounting.advice import advise
 from scheduler.accounting.focus import FocusRow, focus_rows, write_focus
+from scheduler.accounting.reconcile_bills import reconcile_month
 from scheduler.accounting.report_lines import (
     RESERVED,
     CostLike,
@@ -593,20 +595,28 @@ def _in_store(settings: Settings, store: Store | None, work: Callable[[Session],
             store.dispose()
 
 
-def _report_in(s: Session, settings: Settings, month: str, now: datetime) -> MonthlyReport:
+def _report_in(s: Session, settings: Settings, month: str, now: datetime,
+               bills: Mapping[str, BillReader] | None = None) -> MonthlyReport:
     ledger.account(s, now)
-    return build_report(
+    report = build_report(
         s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
         open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
-        fx_dated=month in settings.fx_usd_cny_by_month, team_budgets=settings.team_budgets,
+        fx_dated=settings.fx_dated(month), team_budgets=settings.team_budgets,
     )
+    if not bills:
+        return report
+    reconciled = reconcile_month(s, bills, month, now=now, cluster=settings.cluster,
+                                 currency=settings.report_currency, fx=settings.fx_for(month),
+                                 fx_dated=settings.fx_dated(month), tolerance_pct=settings.bill_tolerance_pct)
+    return report.model_copy(update={"bills": reconciled})
 
 
 def monthly_report(settings: Settings, month: str, *, now: datetime | None = None,
-                   store: Store | None = None) -> MonthlyReport:
-    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates."""
+                   store: Store | None = None, bills: Mapping[str, BillReader] | None = None) -> MonthlyReport:
+    """Account open usage up to ``now`` and build the month's report with the settings' terms and rates;
+    with ``bills`` (the clouds' bill readers), the report reconciles each cloud's bill with the ledger."""
     at = now or SystemClock().now()
-    return _in_store(settings, store, lambda s: _report_in(s, settings, month, at))
+    return _in_store(settings, store, lambda s: _report_in(s, settings, month, at, bills))
 
 
 def _focus_in(s: Session, settings: Settings, month: str, now: datetime) -> list[FocusRow]:
@@ -619,13 +629,14 @@ def _focus_in(s: Session, settings: Settings, month: str, now: datetime) -> list
 
 
 def monthly_report_and_focus(settings: Settings, month: str, *, now: datetime | None = None,
-                             store: Store | None = None,
-                             focus: bool = False) -> tuple[MonthlyReport, list[FocusRow] | None]:
+                             store: Store | None = None, focus: bool = False,
+                             bills: Mapping[str, BillReader] | None = None,
+                             ) -> tuple[MonthlyReport, list[FocusRow] | None]:
     """The month's report and, with ``focus``, its ledger as FOCUS rows, from one accounting up to ``now``."""
     at = now or SystemClock().now()
 
     def work(s: Session) -> tuple[MonthlyReport, list[FocusRow] | None]:
-        report = _report_in(s, settings, month, at)
+        report = _report_in(s, settings, month, at, bills)
         return report, (_focus_in(s, settings, month, at) if focus else None)
 
     return _in_store(settings, store, work)

@@ -375,13 +375,20 @@ def report(
     send: bool = typer.Option(False, "--send", help="also mail it (GPUSCHED_SMTP_URL, GPUSCHED_REPORT_MAIL_TO) and "
                               "post its summary to the chat webhooks (GPUSCHED_WEBHOOKS) now"),
     focus: bool = typer.Option(False, "--focus", help="also the month's ledger as FinOps FOCUS 1.0 (focus-MONTH.csv)"),
+    reconcile: Optional[bool] = typer.Option(None, "--reconcile/--no-reconcile",
+                                             help="match the clouds' own bills (GPUSCHED_BILLS) to the ledger in "
+                                             "the report [default: when GPUSCHED_BILLS is set]"),
 ) -> None:
     """Write the monthly cost report (HTML with charts, CSV, Markdown, XLSX, PDF) from the store; --send delivers it."""
     from scheduler.accounting.delivery import channels_configured
     from scheduler.accounting.report_delivery import write_and_send
+    from scheduler.app.cli_bills import bill_readers
     from scheduler.app.startup import open_store
+    from scheduler.clock import SystemClock
 
     settings = _settings()
+    readers = bill_readers(settings, SystemClock(), required=True) if reconcile or \
+        (reconcile is None and settings.bills) else None
     _writable_folder(out_dir or settings.reports_path, "--out" if out_dir else "GPUSCHED_REPORT_DIR")
     if send and not channels_configured(settings):
         raise UserError("--send has nowhere to send the report",
@@ -391,7 +398,7 @@ def report(
         _setup_logging(settings)
     store = open_store(settings)  # the data folder and the store checked: one line each when they are not sound
     try:
-        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store, focus=focus)
+        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store, focus=focus, bills=readers)
     finally:
         store.dispose()
     for kind, path in sent.paths.items():
@@ -403,6 +410,21 @@ def report(
         err.print(f"[red]error[/red]: {len(sent.failed)} of {len(sent.outcomes)} channel(s) failed; the report files "
                   "above are kept. Fix the channel and run the same command again.")
         raise typer.Exit(1)
+
+
+@app.command()
+def bills(
+    month: str = typer.Option(..., help="the month, e.g. 2026-11"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="folder for bills-MONTH.csv (default: the report dir)"),
+) -> None:
+    """Read the clouds' own bills (GPUSCHED_BILLS) for a month and match them to the ledger: per cloud the
+    difference, the billed instances gpusched does not know, and the ledger's instances the bill lacks."""
+    from scheduler.app.cli_bills import run_bills
+
+    settings = _settings()
+    if out_dir is not None:
+        _writable_folder(out_dir, "--out")
+    raise typer.Exit(run_bills(settings, month, out_dir, out))
 
 
 def _writable_folder(folder: Path, what: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import structlog
 
-from providers.registry import build_providers
+from providers.registry import build_bill_readers, build_providers
 from scheduler.accounting.budget_alerts import check_budget_alerts
 from scheduler.accounting.report_delivery import write_and_send
 from scheduler.accounting.reports import previous_month
@@ -35,6 +35,7 @@ def run_daemon(settings: Settings) -> None:
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
     providers = build_providers(settings, clock)
+    bills = build_bill_readers(settings, clock)  # GPUSCHED_BILLS: each month's report reconciles these clouds' bills
     ctx = TickContext.build(store, providers, clock, settings, agent_package=package)
     agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
         if settings.backend == "sandbox" or settings.sim_agents else None
@@ -46,7 +47,7 @@ def run_daemon(settings: Settings) -> None:
 
     def monthly_report() -> object:
         # The files first, then mail and chat: a channel that is down is logged and loses no file.
-        sent = write_and_send(settings, previous_month(clock.now()), now=clock.now(), store=store)
+        sent = write_and_send(settings, previous_month(clock.now()), now=clock.now(), store=store, bills=bills)
         if sent.failed:
             log.warning("report_delivery_incomplete", failed=[o.channel for o in sent.failed],
                         files=[str(p) for p in sent.paths.values()])

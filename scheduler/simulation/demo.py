@@ -24,6 +24,9 @@ from rich.text import Text
 from sqlalchemy import func, select
 
 from providers.registry import build_live, build_sandbox
+from scheduler.accounting.bill_models import BillReconciliation
+from scheduler.accounting.bill_render import bills_table, render_bills_csv
+from scheduler.accounting.report_render import write_atomic
 from scheduler.accounting.reports import MonthlyReport, monthly_report, write_report
 from scheduler.clock import SimClock
 from scheduler.errors import UserError, install_hint
@@ -35,6 +38,7 @@ from scheduler.logs import configure_logging
 from scheduler.models import Capacity, ReservedCapacity
 from scheduler.money import Money, total
 from scheduler.settings import Settings
+from scheduler.simulation.emulated_bills import EmulatedBills, emulated_bills
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
 from scheduler.store.database import Store
@@ -48,6 +52,7 @@ from scheduler.store.tables import (
 )
 
 START = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)  # a Monday
+MONTH = "2026-11"
 STEP = timedelta(seconds=60)
 HORIZON = timedelta(days=6)
 
@@ -134,7 +139,7 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
     preempt = {name: cloud.preempt for name, cloud in clouds.items()}
     emulators: list = []
     if via_emulators:
-        preempt.update(_attach_emulators(settings, clock, providers, clouds, emulators))
+        preempt.update(attach_emulators(settings, clock, providers, clouds, emulators))
     ctx = TickContext.build(store, providers, clock, settings, seed=seed)
     job_ids = random.Random(seed + 1)
     agents = SimAgents(store, providers, settings.cluster, seed=seed)  # sees machines through the providers
@@ -160,21 +165,50 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
             break
         clock.advance(_next_step(store, pending, now))
     sim_span = clock.now() - START
-    report = monthly_report(settings, "2026-11", now=clock.now(), store=store)
+    bills = _serve_bills(settings, clock, clouds, emulators) if via_emulators else None
+    try:
+        report = monthly_report(settings, MONTH, now=clock.now(), store=store,
+                                bills=bills.readers if bills is not None else None)
+    finally:
+        if bills is not None:
+            bills.close()
     paths = write_report(report, settings.reports_path)
+    if report.bills is not None:
+        paths["bills"] = settings.reports_path / f"bills-{MONTH}.csv"
+        write_atomic(paths["bills"], render_bills_csv(report.bills))
     result = _summarise(store, settings, out_dir, paths, sim_span, time.perf_counter() - wall0, ticks)
     result.report = report
     _print_summary(console, result)
     if via_emulators:
         console.print("Alibaba and Tencent ran through their real SDKs over HTTP to the local emulators.")
+    if report.bills is not None and bills is not None:
+        _print_bills(console, report.bills, bills)
     store.dispose()
     for emulator in emulators:
         emulator.close()
     return result
 
 
-def _attach_emulators(settings: Settings, clock: SimClock, providers: dict, clouds: dict, emulators: list) -> dict:
-    """Put the HTTP emulators in front of the Alibaba and Tencent sandbox clouds; swap in the real adapters."""
+def _serve_bills(settings: Settings, clock: SimClock, clouds: dict, emulators: list) -> EmulatedBills:
+    """Each cloud's bill for the month, by its own rules, served the way the cloud serves it."""
+    cvm = next((e for e in emulators if hasattr(e, "tencent_id")), None)
+    return emulated_bills(clouds, clock, MONTH, cluster=settings.cluster, reserved=settings.reserved,
+                          tencent_ids=cvm.tencent_id if cvm is not None else None)
+
+
+def _print_bills(console: Console, rec: BillReconciliation, bills: EmulatedBills) -> None:
+    console.print(bills_table(rec))
+    for c in rec.clouds:
+        for u in c.unknown:
+            console.print(f"[yellow]{c.cloud}: billed {u.billed} for {u.key}, unknown to gpusched[/yellow]: {u.why}",
+                          highlight=False)
+    for cloud, why in bills.skipped.items():
+        console.print(f"[dim]{cloud}: no bill in the demo: {why}[/dim]")
+
+
+def attach_emulators(settings: Settings, clock: SimClock, providers: dict, clouds: dict, emulators: list) -> dict:
+    """Put the HTTP emulators in front of the Alibaba and Tencent sandbox clouds; swap in the real adapters.
+    The emulators go into ``emulators`` (the caller closes them); returns each cloud's reclaim lever."""
     try:
         from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
         from providers.emulators.tencent_cvm import TencentCvmEmulator
