@@ -97,6 +97,7 @@ class TencentBillingEmulator:
         self._rng = random.Random(f"{seed}:tencent-billing")
         self._lock = threading.Lock()
         self._planted: list[PlantedRow] = []
+        self._cached: tuple[tuple[str, datetime, int], list[dict[str, Any]]] | None = None
         self._scripted: list[ApiError] = []
         self.calls: list[dict[str, Any]] = []  # every accepted request's parameters
         self._parameters = frozenset(
@@ -197,8 +198,12 @@ class TencentBillingEmulator:
                 "Context": str(offset + limit) if offset + limit < len(rows) else ""}
 
     def _rows(self, month: str) -> list[dict[str, Any]]:
-        charges = hourly_charges(self.cloud, TENCENT_RULES, month=month, reservations=self._reservations)
-        rows = [self._row(c, n) for n, c in enumerate(charges, 1)]
+        # A page at a time walks the same month: work it out once per state of the cloud (its time, its machines).
+        key = (month, self.cloud.now(), len(self.cloud.all_instances()))
+        if self._cached is None or self._cached[0] != key:
+            charges = hourly_charges(self.cloud, TENCENT_RULES, month=month, reservations=self._reservations)
+            self._cached = (key, [self._row(c, n) for n, c in enumerate(charges, 1)])
+        rows = list(self._cached[1])
         for planted in self._planted:
             if planted.month == month:
                 rows.append(self._planted_row(planted, len(rows) + 1))

@@ -76,8 +76,10 @@ def bills_notes(rec: BillReconciliation) -> list[str]:
     notes = [
         f"Bills vs ledger: each cloud's own bill for {rec.month} (AWS Cost Explorer, Alibaba BSS QueryInstanceBill, "
         "Tencent DescribeBillDetail) against gpusched's ledger, instance by instance, in the cloud's currency. "
-        f"Differences within {rec.tolerance_pct.normalize():f}% are expected (the clouds bill from the exact "
-        "moment a machine runs and round as they settle; the ledger counts from the tick that saw it).",
+        f"Differences within {rec.tolerance_pct.normalize():f}% are expected: each cloud bills from its own "
+        "moments (AWS from running, Alibaba and Tencent from creation, until the machine stops or is released) "
+        "and rounds as it settles, while the ledger counts from the tick that saw a machine start to the tick "
+        "that stopped it.",
         "Report-currency figures convert at {} rates: {}.".format(
             f"the rates set for {rec.month}" if rec.fx_dated else "the default",
             "; ".join(f"1 {cur} = {rate:.6g} {rec.currency}" for cur, rate in rec.fx.items())),
