@@ -27,6 +27,7 @@ pytest.importorskip("moto", reason="moto serves the AWS bill: pip install '.[tes
 
 from providers.registry import build_sandbox  # noqa: E402
 from scheduler.accounting.bill_render import render_bills_csv  # noqa: E402
+from scheduler.accounting.report_delivery import report_notice  # noqa: E402
 from scheduler.accounting.report_render import render_csv, render_html, render_markdown  # noqa: E402
 from scheduler.accounting.report_xlsx import render_xlsx  # noqa: E402
 from scheduler.accounting.reports import MonthlyReport, monthly_report  # noqa: E402
@@ -179,6 +180,8 @@ def test_the_table_shows_in_every_report_format(month: tuple[MonthlyReport, dict
     detail = list(csv.DictReader(io.StringIO(render_bills_csv(report.bills))))
     assert {r["kind"] for r in detail} == {"total", "matched", "unknown"}
     assert all(r["currency"] for r in detail)
+    facts = dict(report_notice(report, {}).facts)  # the chat summary says it too
+    assert facts["Bills vs ledger"].count("1 unknown") == 3
 
 
 def test_the_month_s_dated_rate_converts_the_report_figures(month: tuple[MonthlyReport, dict[str, str]]) -> None:
