@@ -1,4 +1,5 @@
-"""Sending the monthly report: the files first (HTML, CSV, Markdown, PDF), then mail and chat.
+"""Sending the monthly report: the files first (HTML, CSV, Markdown, PDF, and the month's audit log as
+``audit-<month>.csv``), then mail and chat.
 
 The files are written before anything is sent, so a mail server or webhook that is down loses
 nothing: the outcome names the channel that failed and why, and the files stay where they are.
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from scheduler.accounting.audit_export import write_audit
 from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
 from scheduler.accounting.focus import write_focus
 from scheduler.accounting.report_models import MonthlyReport
@@ -81,13 +83,14 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
 def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
                    store: Store | None = None, send: bool = True, http: httpx.Client | None = None,
                    focus: bool = False) -> SentReport:
-    """Write the month's report files (the PDF too; with ``focus`` the FOCUS file) and, with ``send`` and
-    channels set up, deliver them."""
+    """Write the month's report files (the PDF and the audit log too; with ``focus`` the FOCUS file) and,
+    with ``send`` and channels set up, deliver them."""
     report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
     folder = out_dir or settings.reports_path
     paths = write_report(report, folder)
     if rows is not None:
         paths["focus"] = write_focus(rows, month, folder)
     paths["pdf"] = write_pdf(report, folder)
+    paths["audit"] = write_audit(settings, month, folder, store=store)
     outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
     return SentReport(paths, outcomes)

@@ -135,6 +135,7 @@ class JobCost(Frozen):
     budget: Money | None
     over_budget: bool
     preemptions: int
+    submitted_by: str | None = None  # the name on the API token that submitted it
 
 
 class TeamBudget(Frozen):

@@ -393,10 +393,11 @@ def render_markdown(report: MonthlyReport) -> str:
             )  # fmt: skip
         lines += ["## Jobs", ""]
         lines += _md_table(
-            ("job", "name", "team", "kind", "state", "billed", "reserved h", "reserved fee", "billed to date", "budget",
-             "preemptions"),
+            ("job", "name", "team", "submitted by", "kind", "state", "billed", "reserved h", "reserved fee",
+             "billed to date", "budget", "preemptions"),
             [
-                (j.id, j.name, j.team, j.kind, j.state, fmt_money(j.cost), fmt_hours(j.reserved_hours),
+                (j.id, j.name, j.team, j.submitted_by or "-", j.kind, j.state, fmt_money(j.cost),
+                 fmt_hours(j.reserved_hours),
                  fmt_money(j.reserved_fee), fmt_money(j.cost_to_date),
                  (fmt_money(j.budget) + (" OVER" if j.over_budget else "")) if j.budget else "-", str(j.preemptions))
                 for j in r.jobs

@@ -360,6 +360,7 @@ def _jobs(
                 budget=budget,
                 over_budget=budget is not None and to_date > budget,
                 preemptions=row.preemptions if row else 0,
+                submitted_by=row.submitted_by if row else None,
             )
         )
     return tuple(sorted(out, key=lambda j: (-j.cost.amount, j.id)))

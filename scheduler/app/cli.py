@@ -36,6 +36,7 @@ try:  # typer vendors click from 0.2x on; before, it used click itself
 except ImportError:  # pragma: no cover - older typer
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
 
+from scheduler.app.cli_tokens import register as register_token_commands
 from scheduler.errors import (
     DaemonUnreachable,
     GpuschedError,
@@ -140,6 +141,7 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+register_token_commands(app)  # `token create|list|revoke|whoami` and `audit` (cli_tokens.py)
 
 
 @app.callback()
@@ -292,9 +294,17 @@ def submit(file: Path = typer.Argument(..., help="the job.yaml to submit")) -> N
     from scheduler.jobs.jobfile import load_job_file
 
     settings = _settings()
-    spec = load_job_file(file)
-    job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
-    out.print(f"submitted [bold]{shown(job.id)}[/bold] ({spec.name}, team {spec.team}): {shown(job.state)}")
+    try:
+        spec = load_job_file(file)
+    except JobFileError as exc:
+        if not any(p.field == "team" for p in exc.problems):
+            raise
+        # No team in the file: the daemon takes the token's own team (or says which to name).
+        job = _client(settings).submit_text(file.read_text(encoding="utf-8"), source=str(file))
+    else:
+        job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
+    out.print(f"submitted [bold]{shown(job.id)}[/bold] ({shown(job.name)}, team {shown(job.team)}): "
+              f"{shown(job.state)}")
     out.print(f"watch it with: gpusched status {shown(job.id)}", highlight=False)
 
 
@@ -313,13 +323,14 @@ def status(
         return
     jobs = client.list_jobs(state=state, team=team)
     table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "name", "team", "kind", "state", "progress", "reason"):
+    for col in ("id", "name", "team", "by", "kind", "state", "progress", "reason"):
         table.add_column(col, overflow="fold")
     for j in jobs:
         unit = "shards" if j.kind == "infer" else "ep"
         progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
         # The reason may be a machine's own words (a finish message): shown literally.
-        table.add_row(*(shown(v) for v in (j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")))
+        table.add_row(*(shown(v) for v in (j.id, j.name, j.team, j.submitted_by or "", j.kind, j.state, progress,
+                                           j.reason or "")))
     out.print(table)
 
 

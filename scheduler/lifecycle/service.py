@@ -8,6 +8,7 @@ double as the API's response models.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Collection
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -31,6 +32,9 @@ DEFAULT_EVENTS = 50
 MAX_LIST = 1000
 # A cancel can race the tick, which writes the same job row (optimistic versioning).
 _CANCEL_TRIES = 3
+# Called with the session and the job's view inside the transaction that changes the job: the API writes
+# its audit row there, so the change and its row commit together or not at all.
+Recorder = Callable[[Session, "JobView"], None]
 
 
 class JobView(Frozen):
@@ -54,6 +58,7 @@ class JobView(Frozen):
     reason: str | None
     finished_at: datetime | None
     updated_at: datetime
+    submitted_by: str | None = None  # the name on the API token that submitted it
 
 
 class AttemptView(Frozen):
@@ -129,6 +134,7 @@ def _job_fields(row: JobRow) -> dict[str, Any]:
         "reason": row.reason,
         "finished_at": _opt_utc(row.finished_at),
         "updated_at": utc(row.updated_at),
+        "submitted_by": row.submitted_by,
     }
 
 
@@ -176,10 +182,12 @@ def resolve_deadline(spec: JobSpec, now: datetime) -> JobSpec:
     return spec.model_copy(update={"policy": policy})
 
 
-def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None) -> JobView:
+def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None,
+           submitted_by: str | None = None, record: Recorder | None = None) -> JobView:
     """Queue a job. Raises JobFileError when the job cannot be accepted now (e.g. a past deadline).
 
     ``ids`` makes job ids repeatable (the demo and simulations); the daemon leaves it None.
+    ``submitted_by`` names who sent it; ``record`` runs in the job's transaction (the API's audit row).
     """
     now = clock.now()
     problems = submit_problems(spec, now)
@@ -202,6 +210,7 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: rando
         deadline_at=utc(deadline) if deadline else None,
         budget_amount=budget.amount if budget else None,
         budget_currency=budget.currency if budget else None,
+        submitted_by=submitted_by,
         attempt=0,
         preemptions=0,
         epochs_done=0,
@@ -210,9 +219,13 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: rando
     )
     with store.session() as s:
         s.add(row)
-        add_event(s, now, "submitted", f"submitted from {source}: {spec.kind.value} {spec.model}", job_id=row.id)
+        by = f" by {submitted_by}" if submitted_by else ""
+        add_event(s, now, "submitted", f"submitted from {source}{by}: {spec.kind.value} {spec.model}", job_id=row.id)
         s.flush()
-        return job_view(row)
+        view = job_view(row)
+        if record is not None:
+            record(s, view)
+        return view
 
 
 def _state_filter(state: JobState | str | None) -> JobState | None:
@@ -227,9 +240,10 @@ def _state_filter(state: JobState | str | None) -> JobState | None:
 
 
 def list_jobs(
-    store: Store, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
+    store: Store, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100,
+    teams: Collection[str] | None = None,
 ) -> list[JobView]:
-    """Newest first, optionally only one state and/or one team."""
+    """Newest first, optionally only one state and/or one team; ``teams``: only those teams' jobs."""
     if not 1 <= limit <= MAX_LIST:
         raise UserError(f"limit must be between 1 and {MAX_LIST}, not {limit}")
     wanted = _state_filter(state)
@@ -238,8 +252,16 @@ def list_jobs(
         query = query.where(JobRow.state == wanted.value)
     if team:
         query = query.where(JobRow.team == team)
+    if teams is not None:
+        query = query.where(JobRow.team.in_(list(teams)))
     with store.session(write=False) as s:
         return [job_view(r) for r in s.scalars(query)]
+
+
+def job_team(store: Store, job_id: str) -> str:
+    """The team a job belongs to (NotFoundError: no such job). A job's team never changes."""
+    with store.session(write=False) as s:
+        return _load(s, job_id).team
 
 
 def _load(s: Session, job_id: str) -> JobRow:
@@ -271,12 +293,15 @@ def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDe
         )
 
 
-def _cancel_once(store: Store, now: datetime, job_id: str) -> JobView:
+def _cancel_once(store: Store, now: datetime, job_id: str, record: Recorder | None) -> JobView:
     with store.session() as s:
         row = _load(s, job_id)
         current = JobState(row.state)
         if current is JobState.cancelled:
-            return job_view(row)  # a retried cancel (e.g. after a timeout) is not an error
+            view = job_view(row)  # a retried cancel (e.g. after a timeout) is not an error
+            if record is not None:
+                record(s, view)
+            return view
         if current in JOB_TERMINAL:
             raise UserError(
                 f"job {job_id} already {current.value}; there is nothing to cancel",
@@ -293,14 +318,18 @@ def _cancel_once(store: Store, now: datetime, job_id: str) -> JobView:
             message = f"cancelled while {current.value}; its instance is released on the next tick"
         add_event(s, now, "cancelled", message, job_id=job_id)
         s.flush()
-        return job_view(row)
+        view = job_view(row)
+        if record is not None:
+            record(s, view)
+        return view
 
 
-def cancel(store: Store, clock: Clock, job_id: str) -> JobView:
-    """Cancel a job that has not finished. Cancelling a cancelled job again returns it unchanged."""
+def cancel(store: Store, clock: Clock, job_id: str, *, record: Recorder | None = None) -> JobView:
+    """Cancel a job that has not finished. Cancelling a cancelled job again returns it unchanged.
+    ``record`` runs in the cancel's transaction (the API's audit row)."""
     for _ in range(_CANCEL_TRIES):
         try:
-            return _cancel_once(store, clock.now(), job_id)
+            return _cancel_once(store, clock.now(), job_id, record)
         except StaleDataError:
             continue  # the tick changed the job between our read and write: read it again
     raise GpuschedError(

@@ -67,6 +67,8 @@ class JobRow(Base):
     deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     budget_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     budget_currency: Mapped[str | None] = mapped_column(String(3))
+    # Who queued it: the name on the API token that submitted it (None: stored before tokens had names).
+    submitted_by: Mapped[str | None] = mapped_column(String(63))
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
     preemptions: Mapped[int] = mapped_column(Integer, default=0)  # every machine lost to the job
     # The losses that spend max_restarts: none made checkpointed progress (lifecycle.transitions).
@@ -276,3 +278,41 @@ class BudgetAlertRow(Base):
     budget_amount: Mapped[Decimal] = mapped_column(MONEY)
     currency: Mapped[str] = mapped_column(String(3))
     delivered: Mapped[str] = mapped_column(Text, default="")  # the channels that took it, in words
+
+
+class ApiTokenRow(Base):
+    """A person's or a service's API token: a role, the teams it acts for, an expiry. Only the SHA-256 of
+    the token is kept; the token itself is shown once, when it is made (``scheduler.store.tokens``)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # tok-<12 hex>, also inside the token
+    name: Mapped[str] = mapped_column(String(63))  # the person or service, as jobs and the audit log name it
+    role: Mapped[str] = mapped_column(String(16))  # admin | team-admin | member | viewer
+    teams: Mapped[list[str]] = mapped_column(JSON)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_by: Mapped[str] = mapped_column(String(63))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # None: never
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    revoked_by: Mapped[str | None] = mapped_column(String(63))
+
+
+class AuditRow(Base):
+    """Who did what to which job or token, when, from where, and whether it was allowed: every change
+    made through the API and every call it refused."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    actor: Mapped[str] = mapped_column(String(63))  # a token's name; "api-token" for GPUSCHED_API_TOKEN
+    token_id: Mapped[str | None] = mapped_column(String(40))
+    role: Mapped[str | None] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(32))  # job.submit, job.cancel, token.create ...
+    target: Mapped[str | None] = mapped_column(String(128))  # a job or token id, or a path
+    team: Mapped[str | None] = mapped_column(String(63), index=True)  # the team the target belongs to
+    client: Mapped[str | None] = mapped_column(String(64))  # the caller's address as the daemon saw it
+    outcome: Mapped[str] = mapped_column(String(8))  # allowed | refused
+    status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
+    detail: Mapped[str] = mapped_column(Text, default="")

@@ -162,7 +162,8 @@ def test_write_and_send_delivers_the_report_everywhere_and_keeps_the_files(tmp_p
                               store=store_with_spend)
     assert [o.channel for o in sent.outcomes] == ["mail", "slack", "dingtalk", "wecom", "feishu"]
     assert all(o.ok for o in sent.outcomes), sent.outcomes
-    assert set(sent.paths) == {"html", "csv", "md", "xlsx", "pdf"} and all(p.exists() for p in sent.paths.values())
+    assert set(sent.paths) == {"html", "csv", "md", "xlsx", "pdf", "audit"}
+    assert all(p.exists() for p in sent.paths.values())
     [(_, rcpts, msg)] = box.mails
     assert rcpts == ["a@example.com", "b@example.com"]
     assert msg["Subject"] == "GPU spend report 2026-11: 50.00 CNY"
