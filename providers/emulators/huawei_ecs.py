@@ -138,6 +138,7 @@ class Call:
 
     method: str
     route: str  # the SDK call's name, e.g. ListServersDetails
+    target: str  # the path and query as they arrived, to replay
     query: Mapping[str, str]
     headers: Mapping[str, str]  # names lower-cased
     body: bytes
@@ -354,7 +355,8 @@ class HuaweiEcsEmulator:
             return Answer(status, data, _headers(request_id) if payload is not None else {"X-Request-Id": request_id})
 
     def _record(self, request: Request, route: str, status: int, code: str) -> None:
-        self._calls.append(Call(request.method, route, dict(parse_qsl(request.query, keep_blank_values=True)),
+        target = f"{request.path}?{request.query}" if request.query else request.path
+        self._calls.append(Call(request.method, route, target, dict(parse_qsl(request.query, keep_blank_values=True)),
                                 dict(request.headers), request.body, status, code))
 
     def _project(self, path: str) -> tuple[str, str]:
