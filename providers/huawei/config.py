@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, ConfigDict, Field, SecretStr, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from scheduler.models import Frozen
 
@@ -56,6 +56,11 @@ class HuaweiConfig(Frozen):
     job_poll_seconds: float = Field(default=2.0, gt=0, le=60)
     # How long a server we saw is still reported (terminated) after Huawei stops listing it.
     tombstone_seconds: float = Field(default=3600.0, ge=0)
+
+    @field_validator("endpoint", mode="before")
+    @classmethod
+    def _empty_endpoint_is_huaweis(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v  # .env.example leaves it empty
 
     @model_validator(mode="after")
     def _every_region_has_a_project(self) -> HuaweiConfig:

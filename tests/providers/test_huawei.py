@@ -495,7 +495,7 @@ def test_offers_carry_catalog_prices_and_the_stock_ecs_reports(h: HuaweiHarness)
     pi2 = offers[("cn-north-4a", "pi2.2xlarge.4")]
     assert (pi2.on_demand_stock, pi2.spot_stock) == (Stock.available, Stock.sold_out)
     assert pi2.on_demand is not None and pi2.on_demand.per_hour.currency == "CNY"
-    assert "no Huawei price found" in pi2.on_demand.source
+    assert "no Huawei price published" in pi2.on_demand.source
     # Listed, but not on sale in that AZ (cond:operation:az names only cn-north-4a): nothing to launch there.
     assert offers[("cn-north-4b", "pi2.2xlarge.4")].on_demand_stock is Stock.sold_out
     assert offers[("cn-north-4a", "pi2.8xlarge.4")].on_demand_stock is Stock.unknown  # not in ECS's flavor list
