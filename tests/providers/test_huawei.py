@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+import requests
 from pydantic import ValidationError
 
 pytest.importorskip("huaweicloudsdkecs.v2", reason="the Huawei SDK is optional: pip install '.[huawei]'")
@@ -632,3 +633,29 @@ def test_launch_time_survives_from_launch_to_listing(h: HuaweiHarness) -> None:
     made = h.provider.launch(req(h, offer_in(h), Capacity.on_demand, "when"))
 
     assert made.launched_at == datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def test_a_project_that_is_not_the_accounts_is_auth_failed_naming_the_setting(h: HuaweiHarness) -> None:
+    wrong = h.build(h.make_config(project_ids={**PROJECTS, NORTH: "1" * 32}))
+
+    with pytest.raises(AuthFailed) as caught:
+        wrong.instances({TAG_MANAGED: "contract"}, regions=[NORTH])
+
+    assert caught.value.code == "Ecs.0023"
+    assert "GPUSCHED_HUAWEI_PROJECT_IDS" in (caught.value.fix or "")
+
+
+def test_a_read_timeout_that_escapes_the_sdk_is_unavailable(h: HuaweiHarness) -> None:
+    def timing_out(region: str):  # type: ignore[no-untyped-def]
+        client = local_client_factory(h.config)(region)
+
+        def get(*args: object, **kwargs: object) -> None:
+            raise requests.exceptions.ReadTimeout("read timed out")  # what requests raises past the read timeout
+
+        client.get_http_client()._session.get = get
+        return client
+
+    with pytest.raises(ProviderUnavailable) as caught:
+        HuaweiProvider(timing_out, h.config, h.clock, []).instances({TAG_MANAGED: "contract"})
+
+    assert caught.value.code == "ReadTimeout" and caught.value.retryable
