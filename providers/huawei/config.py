@@ -31,6 +31,10 @@ class HuaweiConfig(Frozen):
     region to its project. With one region, ``project_id`` (or HUAWEICLOUD_SDK_PROJECT_ID)
     is enough. The adapter never asks IAM for it: the project is part of every request
     path and a wrong one is refused by the cloud, which is clearer than a silent lookup.
+
+    ``access_key``, ``secret_key`` and ``project_id`` are read under their variable names
+    only (GPUSCHED_HUAWEI_ACCESS_KEY or HUAWEICLOUD_SDK_AK ...), so an override handed to
+    ``scheduler.settings.load_cloud_config`` names them that way too.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
