@@ -22,6 +22,7 @@ ADAPTERS = {
     "aws": ("providers.aws.adapter", "AwsConfig"),
     "alibaba": ("providers.alibaba.adapter", "AlibabaConfig"),
     "tencent": ("providers.tencent.adapter", "TencentConfig"),
+    "huawei": ("providers.huawei.adapter", "HuaweiConfig"),
 }
 
 

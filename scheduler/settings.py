@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
-from scheduler.models import ReservedCapacity
+from scheduler.models import CLOUDS, ReservedCapacity
 from scheduler.money import FxRates, Money
 
 _MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
@@ -75,13 +75,13 @@ class Settings(BaseSettings):
     agent_silence_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
-    # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*
+    # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_* / GPUSCHED_HUAWEI_*
     # (their endpoints can point at the HTTP emulators in providers/emulators/).
     backend: Literal["sandbox", "live"] = "sandbox"
     # Simulate the on-instance agent (jobs "run" in the daemon): always on for the sandbox;
     # set it for a live backend pointed at emulators, whose instances run nothing.
     sim_agents: bool = False
-    providers: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = ["aws", "alibaba", "tencent"]
+    providers: Annotated[list[Literal[CLOUDS]], NoDecode] = ["aws", "alibaba", "tencent"]  # type: ignore[valid-type]
     # then a stopped machine is terminated
     stopped_retention_hours: float = Field(default=24.0, ge=0, le=YEAR_H, allow_inf_nan=False)
     reserved: list[ReservedCapacity] = []

@@ -1,6 +1,6 @@
-"""Run the Alibaba ECS and Tencent CVM emulators as a process, for a daemon to point at.
+"""Run the Alibaba ECS, Tencent CVM and Huawei ECS emulators as a process, for a daemon to point at.
 
-    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 [--speedup 60]
+    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 --huawei-port 9303 [--speedup 60]
 
 It prints the settings that point a daemon (backend=live) at them. The market behind
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
@@ -16,17 +16,20 @@ import threading
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
+from providers.emulators.huawei_ecs import HuaweiEcsEmulator
 from providers.emulators.tencent_cvm import TencentCvmEmulator
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import ScaledClock, SystemClock
 
 KEY_ID, SECRET = "emulator-key", "emulator-secret"
+HUAWEI_PROJECT = "0e5e1a70e0000000000000000emulate"  # the emulated cn-north-4 project
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--alibaba-port", type=int, default=9301)
     ap.add_argument("--tencent-port", type=int, default=9302)
+    ap.add_argument("--huawei-port", type=int, default=9303)
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
@@ -36,9 +39,12 @@ def main(argv: list[str] | None = None) -> None:
                              {KEY_ID: SECRET}, port=args.alibaba_port)
     ten = TencentCvmEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["tencent"]), seed=args.seed + 1),
                              clock, {KEY_ID: SECRET}, seed=args.seed, port=args.tencent_port)
+    hw = HuaweiEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["huawei"], regions=["cn-north-4"]),
+                                        seed=args.seed + 2), clock, {KEY_ID: SECRET}, {HUAWEI_PROJECT: "cn-north-4"},
+                           seed=args.seed, port=args.huawei_port)
     print("# emulators up; point a daemon at them with:")
     print("GPUSCHED_BACKEND=live")
-    print("GPUSCHED_PROVIDERS=alibaba,tencent")
+    print("GPUSCHED_PROVIDERS=alibaba,tencent,huawei")
     print("GPUSCHED_SIM_AGENTS=true")
     print(f"GPUSCHED_SANDBOX_SPEEDUP={args.speedup:g}")
     print(f"GPUSCHED_ALIBABA_ENDPOINT={ali.endpoint}")
@@ -52,7 +58,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"GPUSCHED_TENCENT_SECRET_ID={KEY_ID}")
     print(f"GPUSCHED_TENCENT_SECRET_KEY={SECRET}")
     print("GPUSCHED_TENCENT_REGIONS='[\"ap-guangzhou\"]'")
-    print("GPUSCHED_TENCENT_IMAGE_ID=img-emulated", flush=True)
+    print("GPUSCHED_TENCENT_IMAGE_ID=img-emulated")
+    print(f"GPUSCHED_HUAWEI_ENDPOINT={hw.endpoint}")
+    print(f"GPUSCHED_HUAWEI_ACCESS_KEY={KEY_ID}")
+    print(f"GPUSCHED_HUAWEI_SECRET_KEY={SECRET}")
+    print("GPUSCHED_HUAWEI_REGIONS='[\"cn-north-4\"]'")
+    print(f"GPUSCHED_HUAWEI_PROJECT_ID={HUAWEI_PROJECT}")
+    print("GPUSCHED_HUAWEI_IMAGE_ID=00000000-0000-4000-8000-0000000e0001")
+    print("GPUSCHED_HUAWEI_VPC_ID=00000000-0000-4000-8000-0000000e0002")
+    print("GPUSCHED_HUAWEI_SUBNET_IDS='{\"cn-north-4a\": \"00000000-0000-4000-8000-0000000e0003\", "
+          "\"cn-north-4b\": \"00000000-0000-4000-8000-0000000e0004\"}'", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -62,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         ali.close()
         ten.close()
+        hw.close()
 
 
 if __name__ == "__main__":
