@@ -268,9 +268,11 @@ def test_daemon_on_a_truncated_store(tmp_path: Path) -> None:
 def test_daemon_on_a_store_with_a_damaged_table(tmp_path: Path) -> None:
     """Pages torn in the middle of the file: the schema reads, the data does not (quick_check finds it)."""
     db = a_store(tmp_path)
-    with sqlite3.connect(db) as conn:
+    conn = sqlite3.connect(db)
+    with conn:
         conn.execute("CREATE TABLE filler (x BLOB)")
         conn.executemany("INSERT INTO filler VALUES (?)", [(os.urandom(3000),) for _ in range(40)])
+    conn.close()  # the last connection out checkpoints the WAL: the filler's pages are the file's last ones
     data = bytearray(db.read_bytes())
     page = 4096
     last = len(data) // page
