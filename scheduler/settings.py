@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     stopped_retention_hours: float = Field(default=24.0, ge=0, le=YEAR_H, allow_inf_nan=False)
     reserved: list[ReservedCapacity] = []
 
+    # The jobs' output kept per attempt for `gpusched logs` (bytes); past it the oldest lines are dropped.
+    job_log_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
+
     # --- money and reports
     # Monthly budget per team, JSON: {"vision-qa": "5000 CNY"}. A job that would break it waits.
     team_budgets: dict[str, Money] = {}

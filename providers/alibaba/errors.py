@@ -15,6 +15,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.redact import without_credentials
 
 __all__ = ["translate_error"]
 
@@ -62,6 +63,7 @@ def translate_error(exc: ServerException | ClientException, action: str) -> Prov
         status, request_id = exc.get_http_status(), exc.get_request_id() or ""
     else:
         code, message, status, request_id = exc.get_error_code() or "", exc.get_error_msg() or "", None, ""
+    message = without_credentials(message)  # an HTTP error quotes the signed URL: key id and signature
     cls, fix = _classify(code, status)
     if cls is AuthFailed:
         text = f"Alibaba Cloud refused the credentials on {action}: {message} ({code})"

@@ -8,7 +8,7 @@ The monthly cron (``scheduler/app/wiring.py``) and ``gpusched report --send`` bo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -80,17 +80,29 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
     return deliver(settings, report_notice(report, paths), mail=mail, http=http)
 
 
+# What ``write_and_send`` tells its ``step`` callback, in order (focus and send only when asked for).
+REPORT_STEPS = ("the ledger", "html", "csv", "md", "xlsx", "focus", "pdf", "send")
+
+
 def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
                    store: Store | None = None, send: bool = True, http: httpx.Client | None = None,
-                   focus: bool = False) -> SentReport:
+                   focus: bool = False, step: Callable[[str], None] | None = None) -> SentReport:
     """Write the month's report files (the PDF and the audit log too; with ``focus`` the FOCUS file) and,
-    with ``send`` and channels set up, deliver them."""
+    with ``send`` and channels set up, deliver them. ``step`` is told each of ``REPORT_STEPS`` as it starts
+    (a progress bar)."""
+    tell = step or (lambda _name: None)
+    tell("the ledger")
     report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
     folder = out_dir or settings.reports_path
-    paths = write_report(report, folder)
+    paths = write_report(report, folder, step=tell)
     if rows is not None:
+        tell("focus")
         paths["focus"] = write_focus(rows, month, folder)
+    tell("pdf")
     paths["pdf"] = write_pdf(report, folder)
     paths["audit"] = write_audit(settings, month, folder, store=store)
-    outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
+    outcomes = []
+    if send and channels_configured(settings):
+        tell("send")
+        outcomes = send_report(settings, report, paths, http=http)
     return SentReport(paths, outcomes)

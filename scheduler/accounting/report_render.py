@@ -423,8 +423,10 @@ def write_atomic(path: Path, content: str | bytes) -> None:
         raise
 
 
-def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
-    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}."""
+def write_report(report: MonthlyReport, out_dir: Path,
+                 step: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}.
+    ``step`` is told the name of each file before it is written (a progress bar)."""
     # Imported here: openpyxl's import time is paid only when files are written.
     from scheduler.accounting.report_xlsx import render_xlsx
 
@@ -433,6 +435,8 @@ def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
     renderers: tuple[tuple[str, Callable[[MonthlyReport], str | bytes]], ...] = (
         ("html", render_html), ("csv", render_csv), ("md", render_markdown), ("xlsx", render_xlsx))
     for ext, render in renderers:
+        if step is not None:
+            step(ext)
         path = out_dir / f"report-{report.month}.{ext}"
         write_atomic(path, render(report))
         paths[ext] = path

@@ -52,6 +52,7 @@ from scheduler.errors import (
 )
 from scheduler.jobs.jobfile import parse_job, parse_job_text, too_deep
 from scheduler.jobs.jobfile_limits import has_lone_surrogate
+from scheduler.jobs.output_text import BATCH_BYTES
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
@@ -72,6 +73,7 @@ from scheduler.lifecycle.agent_reports import (
     work_estimate,
     work_for,
 )
+from scheduler.lifecycle.job_logs import JobLogs, append_output
 from scheduler.lifecycle.service import JobDetail, JobView
 from scheduler.limits import MAX_TEXT_CHARS
 from scheduler.logs import get_logger, register_secret
@@ -298,6 +300,15 @@ class AgentFinished(_AgentBody):
     outputs: str | None = Field(default=None, max_length=1024, pattern=r"^(s3|oss|cos)://\S+$")
 
 
+class AgentLogs(_AgentBody):
+    """A batch of the job's output (whole lines), ``offset`` bytes into the attempt's output."""
+
+    job_id: JobId
+    attempt: AttemptNo
+    offset: int = Field(ge=0, le=1 << 50)
+    text: str = Field(max_length=BATCH_BYTES)
+
+
 class AgentReclaiming(_AgentBody):
     """The cloud's spot reclaim notice, passed on by the machine's agent: the machine goes at ``at``."""
 
@@ -330,7 +341,8 @@ def _refusal(r: Refusal) -> _BadRequest:
     return _BadRequest(_REFUSAL_STATUS[r.kind], r.error, r.fix)
 
 
-def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPackage | None = None) -> APIRouter:
+def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPackage | None = None, *,
+                  log_bytes: int = 1 << 20) -> APIRouter:
     """Routes for on-instance agents. Each machine's agent authenticates with its machine token
     (scoped to its instance row), never the API token; every call counts as a heartbeat. The routes
     are thin: the token (and that its instance is not terminated), then whether the job and attempt
@@ -464,6 +476,17 @@ def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPack
                  outputs=body.outputs)
         return Response(status_code=204)
 
+    @router.post("/logs", status_code=204)
+    def logs(body: AgentLogs, instance_id: str = Depends(machine)) -> Response:
+        """The job's output, in batches (``agent/logship.py``); kept per attempt up to ``log_bytes``."""
+        with store.session() as s:
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if found is not None:
+                append_output(s, body.job_id, body.attempt, body.offset, body.text, clock.now(), limit=log_bytes)
+        if problem is not None:
+            raise problem
+        return Response(status_code=204)
+
     @router.post("/reclaiming", status_code=204)
     def reclaiming(body: AgentReclaiming, instance_id: str = Depends(machine)) -> Response:
         """Any node may pass its notice on: losing one node of a gang loses the gang."""
@@ -563,12 +586,28 @@ def create_app(
 
     @v1.get("/jobs/{job_id}", response_model=JobDetail)
     def get_job(job_id: str, request: Request, who: Principal = Depends(access.who)) -> JobDetail:
-        detail = service.get_job(store, job_id)
+        detail = service.get_job(store, job_id, fx=settings.fx, currency=settings.report_currency, now=clock.now())
         refused = may_read(who, detail.team)
         if refused is not None:
             raise access.refuse(request, who, "job.read", f"job {job_id} is team {detail.team}'s: {refused}",
                                 target=job_id, team=detail.team)
         return detail
+
+    @v1.get("/jobs/{job_id}/logs", response_model=JobLogs)
+    def job_logs(
+        job_id: str,
+        request: Request,
+        attempt: int | None = Query(default=None, ge=1, le=1_000_000),
+        offset: int = Query(default=0, ge=0, le=1 << 50),
+        who: Principal = Depends(access.who),
+    ) -> JobLogs:
+        """One attempt's output (the latest by default) from ``offset`` on; ask again from ``next_offset``."""
+        team = service.job_team(store, job_id)
+        refused = may_read(who, team)
+        if refused is not None:
+            raise access.refuse(request, who, "job.logs", f"job {job_id} is team {team}'s: {refused}",
+                                target=job_id, team=team)
+        return service.job_logs(store, job_id, attempt, offset, limit=settings.job_log_bytes)
 
     @v1.post("/jobs/{job_id}/cancel", response_model=JobView)
     def cancel_job(job_id: str, request: Request, who: Principal = Depends(access.who)) -> JobView:
@@ -588,7 +627,7 @@ def create_app(
 
     app.include_router(v1)
     app.include_router(access_router(access))
-    app.include_router(_agent_router(store, clock, token, agent_package))
+    app.include_router(_agent_router(store, clock, token, agent_package, log_bytes=settings.job_log_bytes))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

@@ -23,12 +23,13 @@ from scheduler.errors import (
     NotFoundError,
     UserError,
 )
+from scheduler.lifecycle.job_logs import JobLogs
 from scheduler.lifecycle.service import JobDetail, JobView
 from scheduler.states import JobState
 from scheduler.store.audit import AuditEntry
 from scheduler.store.tokens import IssuedToken, TokenInfo
 
-M = TypeVar("M", JobView, JobDetail, IssuedToken, TokenInfo, AuditEntry, Principal)
+M = TypeVar("M", JobView, JobDetail, JobLogs, IssuedToken, TokenInfo, AuditEntry, Principal)
 
 UNREACHABLE_FIX = "start it with `gpusched daemon` (or set GPUSCHED_API_URL)"
 TOKEN_FIX = "set GPUSCHED_API_TOKEN to the daemon's token (in the environment or .env)"
@@ -68,6 +69,12 @@ class ApiClient:
     def list_jobs(
         self, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
     ) -> list[JobView]:
+        return [self._parse(JobView, j) for j in self.list_jobs_json(state=state, team=team, limit=limit)]
+
+    def list_jobs_json(
+        self, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
+    ) -> list[Any]:
+        """``list_jobs`` as the daemon answered it (checked, not rebuilt): for ``--json``."""
         params: dict[str, str | int] = {"limit": limit}
         if state:
             params["state"] = str(state)
@@ -76,10 +83,25 @@ class ApiClient:
         body = self._call("GET", "/v1/jobs", params=params)
         if not isinstance(body, list):
             raise self._mismatch("a list of jobs")
-        return [self._parse(JobView, j) for j in body]
+        for j in body:
+            self._parse(JobView, j)
+        return body
 
     def get_job(self, job_id: str) -> JobDetail:
-        return self._parse(JobDetail, self._call("GET", f"/v1/jobs/{_path_part(job_id)}"))
+        return self._parse(JobDetail, self.get_job_json(job_id))
+
+    def get_job_json(self, job_id: str) -> Any:
+        """``get_job`` as the daemon answered it (checked, not rebuilt): for ``--json``."""
+        body = self._call("GET", f"/v1/jobs/{_path_part(job_id)}")
+        self._parse(JobDetail, body)
+        return body
+
+    def logs(self, job_id: str, *, attempt: int | None = None, offset: int = 0) -> JobLogs:
+        """One attempt's output (the latest by default) from ``offset`` on; ask again from ``next_offset``."""
+        params: dict[str, int] = {"offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        return self._parse(JobLogs, self._call("GET", f"/v1/jobs/{_path_part(job_id)}/logs", params=params))
 
     def cancel(self, job_id: str) -> JobView:
         return self._parse(JobView, self._call("POST", f"/v1/jobs/{_path_part(job_id)}/cancel"))

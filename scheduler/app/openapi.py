@@ -64,6 +64,7 @@ _ANSWERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "422": _error("The job file is at fault: every problem, field by field", JobFileErrorBody),
     },
     ("get", "/v1/jobs/{job_id}"): {"404": _error("No such job")},
+    ("get", "/v1/jobs/{job_id}/logs"): {"404": _error("No such job, or no such attempt of it")},
     ("post", "/v1/jobs/{job_id}/cancel"): {
         "404": _error("No such job"),
         "400": _error("The job has already finished: nothing to cancel"),

@@ -6,8 +6,11 @@ takes its collaborators as arguments (and tests can hand in fakes).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import structlog
 
+from providers.base import Provider
 from providers.registry import build_providers
 from scheduler.accounting.budget_alerts import check_budget_alerts
 from scheduler.accounting.report_delivery import write_and_send
@@ -22,8 +25,18 @@ from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.settings import Settings
 from scheduler.simulation.simagent import SimAgents
+from scheduler.store.database import Store
 
 log = structlog.get_logger("gpusched.runtime")
+
+
+def sim_agents(settings: Settings, store: Store, providers: Mapping[str, Provider]) -> SimAgents | None:
+    """The simulated on-instance agents of a sandbox daemon (or of one whose live clouds are emulators):
+    they run the jobs in the daemon and write each attempt's output, as real agents ship theirs."""
+    if settings.backend != "sandbox" and not settings.sim_agents:
+        return None
+    return SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed,
+                     output_bytes=settings.job_log_bytes)
 
 
 def run_daemon(settings: Settings) -> None:
@@ -36,8 +49,7 @@ def run_daemon(settings: Settings) -> None:
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
     providers = build_providers(settings, clock)
     ctx = TickContext.build(store, providers, clock, settings, agent_package=package)
-    agents = SimAgents(store, providers, settings.cluster, seed=settings.sandbox_seed) \
-        if settings.backend == "sandbox" or settings.sim_agents else None
+    agents = sim_agents(settings, store, providers)
 
     def tick() -> object:
         if agents is not None:

@@ -17,12 +17,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
+from scheduler.accounting.ledger import spent_by_job
 from scheduler.clock import Clock
 from scheduler.errors import GpuschedError, JobFileError, NotFoundError, UserError
 from scheduler.jobs.infer_shards import work_units
 from scheduler.jobs.jobfile import submit_problems
+from scheduler.lifecycle.job_logs import JobLogs, read_output
 from scheduler.models import Frozen, JobSpec, Kind
-from scheduler.money import Money
+from scheduler.money import FxRates, Money
 from scheduler.states import JOB_MOVES, JOB_TERMINAL, InstanceRowState, JobState, move
 from scheduler.store.database import Store, add_event, new_id
 from scheduler.store.tables import AttemptRow, EventRow, InstanceRow, JobRow
@@ -70,6 +72,8 @@ class AttemptView(Frozen):
     instance_type: str
     capacity: str
     instance_id: str | None
+    gpu: str | None = None  # the machine's GPU model and count, when the attempt got one
+    gpu_count: int | None = None
     start_epoch: int
     end_epoch: int | None
     est_hours: float | None
@@ -95,6 +99,7 @@ class JobDetail(JobView):
     plan: dict[str, Any] | None
     checkpoint_uri: str | None
     outputs: str | None = None  # the object-store prefix the agent uploaded the job's outputs to
+    cost: Money | None = None  # what its machines have cost so far (running ones up to now); None: never ran
     attempts: list[AttemptView]
     events: list[EventView]
 
@@ -142,7 +147,7 @@ def job_view(row: JobRow) -> JobView:
     return JobView(**_job_fields(row))
 
 
-def _attempt_view(row: AttemptRow) -> AttemptView:
+def _attempt_view(row: AttemptRow, instance: InstanceRow | None = None) -> AttemptView:
     return AttemptView(
         number=row.number,
         state=row.state,
@@ -152,6 +157,8 @@ def _attempt_view(row: AttemptRow) -> AttemptView:
         instance_type=row.instance_type,
         capacity=row.capacity,
         instance_id=row.instance_id,
+        gpu=instance.gpu if instance is not None else None,
+        gpu_count=instance.gpu_count if instance is not None else None,
         start_epoch=row.start_epoch,
         end_epoch=row.end_epoch,
         est_hours=row.est_hours,
@@ -271,11 +278,16 @@ def _load(s: Session, job_id: str) -> JobRow:
     return row
 
 
-def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDetail:
-    """One job with every attempt and its most recent ``events`` events, oldest first."""
+def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS, fx: FxRates | None = None,
+            currency: str | None = None, now: datetime | None = None) -> JobDetail:
+    """One job with every attempt and its most recent ``events`` events, oldest first, and what it has cost
+    so far: in ``currency`` (converted with ``fx``), else in the currency its clouds bill in; ``now``
+    counts a running machine up to then."""
     with store.session(write=False) as s:
         row = _load(s, job_id)
-        attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number))
+        attempts = s.execute(select(AttemptRow, InstanceRow)
+                             .outerjoin(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+                             .where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).tuples().all()
         recent = s.scalars(
             select(EventRow)
             .where(EventRow.job_id == job_id)
@@ -288,9 +300,33 @@ def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDe
             plan=row.plan_json,
             checkpoint_uri=row.checkpoint_uri,
             outputs=row.outputs_uri,
-            attempts=[_attempt_view(a) for a in attempts],
+            attempts=[_attempt_view(a, i) for a, i in attempts],
             events=[_event_view(e) for e in reversed(recent)],
+            cost=_cost_so_far(s, job_id, fx, currency, now),
         )
+
+
+def _cost_so_far(s: Session, job_id: str, fx: FxRates | None, currency: str | None,
+                 now: datetime | None) -> Money | None:
+    try:
+        spent = spent_by_job(s, [job_id], fx=fx, now=now).get(job_id)
+    except ValueError:  # billed in two currencies and no rates to add them up
+        return None
+    if spent is not None and currency is not None and fx is not None and spent.currency != currency:
+        spent = fx.convert(spent, currency)
+    return spent
+
+
+def job_logs(store: Store, job_id: str, attempt: int | None = None, offset: int = 0, *, limit: int) -> JobLogs:
+    """The output of one attempt of a job (the latest by default) from ``offset`` on (``job_logs.read_output``)."""
+    with store.session(write=False) as s:
+        job = _load(s, job_id)
+        try:
+            return read_output(s, job, attempt, offset, limit=limit)
+        except LookupError as exc:
+            numbers = ", ".join(str(n) for n in exc.args[0]) or "none yet"
+            raise NotFoundError(f"job {job_id} has no attempt {attempt}",
+                                fix=f"its attempts: {numbers}; leave out --attempt for the latest") from None
 
 
 def _cancel_once(store: Store, now: datetime, job_id: str, record: Recorder | None) -> JobView:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -316,3 +317,18 @@ class AuditRow(Base):
     outcome: Mapped[str] = mapped_column(String(8))  # allowed | refused
     status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
     detail: Mapped[str] = mapped_column(Text, default="")
+class JobLogRow(Base):
+    """A piece of one attempt's output (the job's stdout and stderr as its agent shipped it): whole lines,
+    ``start`` bytes (UTF-8) into the attempt's output. ``gpusched logs`` reads them; past
+    ``GPUSCHED_JOB_LOG_BYTES`` per attempt the oldest pieces are dropped (``lifecycle/job_logs.py``)."""
+
+    __tablename__ = "job_logs"
+    __table_args__ = (Index("ix_job_logs_attempt", "job_id", "attempt", "start"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(BigInteger)  # bytes of this attempt's output before this piece
+    size: Mapped[int] = mapped_column(Integer)  # bytes of ``text``, UTF-8
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())  # when it last grew
