@@ -73,7 +73,7 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
         mail = mail_message(
             sender=settings.report_mail_from, to=settings.report_mail_to,
             subject=f"GPU spend report {report.month}: {fmt_money(report.total)}", at=report.generated_at,
-            text=render_markdown(report), html=render_html(report), attachments=attachments,
+            text=render_markdown(report), html=render_html(report, phone_charts=False), attachments=attachments,
         )  # fmt: skip
     return deliver(settings, report_notice(report, paths), mail=mail, http=http)
 

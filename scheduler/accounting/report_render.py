@@ -7,7 +7,6 @@ HTML page comes from the package template ``scheduler/accounting/templates/repor
 
 from __future__ import annotations
 
-import base64
 import csv
 import functools
 import io
@@ -21,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from scheduler.accounting.advice import CommitmentAdvice, RightSizing
+from scheduler.accounting.report_charts import CHART_NAMES, PHONE, render_charts
 from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
 from scheduler.money import Money
 
@@ -37,9 +37,6 @@ __all__ = [
     "write_report",
 ]
 
-# Known capacity types first, in a fixed order, so charts keep their colours month to month.
-_CAPACITY_ORDER = ("spot", "on-demand", "reserved")
-_CAPACITY_COLOURS = {"spot": "#2a9d8f", "on-demand": "#e76f51", "reserved": "#8d99ae"}
 _HUNDRED = Decimal(100)  # the total row's share of the month, in percent
 _ONE_PLACE = Decimal("0.1")
 _CENT = Decimal("0.01")
@@ -66,87 +63,6 @@ BREAKDOWNS = (
 )
 
 
-def _capacities(report: MonthlyReport) -> list[str]:
-    seen = {c.capacity for c in report.team_by_capacity}
-    return [c for c in _CAPACITY_ORDER if c in seen] + sorted(seen - set(_CAPACITY_ORDER))
-
-
-def render_charts(report: MonthlyReport) -> dict[str, str]:
-    """The report's charts as ``data:image/png;base64,...`` URIs, keyed by name; none for an empty month."""
-    if report.empty:
-        return {}
-    # Imported here so the CLI and daemon do not pay matplotlib's import time until a report is drawn.
-    # Figure + Agg canvas, not pyplot: no global figure state, safe on the daemon's scheduler thread.
-    from matplotlib.figure import Figure
-
-    def png(fig: Figure) -> str:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
-        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-    # Floats below feed the plot only; every figure printed comes from the Decimal report. Each chart draws
-    # the same figures as the tables: cost = billed + reserved fee, the unused reservations a bar of their own.
-    cur = report.currency
-    teams = [b.key for b in reversed(report.by_team)]  # barh draws bottom-up: biggest team on top
-    fig = Figure(figsize=(7.5, 0.5 * len(teams) + 1.4))
-    ax = fig.add_subplot()
-    left = [0.0] * len(teams)
-    cells = {(c.team, c.capacity): float(c.cost.amount) for c in report.team_by_capacity}
-    for capacity in _capacities(report):
-        widths = [cells.get((t, capacity), 0.0) for t in teams]
-        ax.barh(teams, widths, left=left, label=capacity, color=_CAPACITY_COLOURS.get(capacity))
-        left = [a + b for a, b in zip(left, widths)]
-    ax.set_xlabel(cur)
-    ax.set_title("Cost by team and capacity type (reserved: amortized fee)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
-    charts = {"team_capacity": png(fig)}
-
-    fig = Figure(figsize=(7.5, 3))
-    ax = fig.add_subplot()
-    past = [d for d in report.by_day if not d.future]  # future days stay blank, not drawn as zero
-    days = [d.day.day for d in past]
-    idle = [float(d.idle_cost.amount) if d.idle_cost else 0.0 for d in past]
-    busy = [float(d.billed.amount) - i if d.billed else 0.0 for d, i in zip(past, idle)]
-    fees = [float(d.reserved_fee.amount) if d.reserved_fee else 0.0 for d in past]
-    ax.bar(days, busy, label="billed, busy", color="#264653")
-    ax.bar(days, idle, bottom=busy, label="billed, idle", color="#f4a261")
-    ax.bar(days, fees, bottom=[a + b for a, b in zip(busy, idle)], label="reserved fee (amortized)",
-           color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
-    if len(past) < len(report.by_day):
-        first_future = len(past) + 1
-        ax.axvspan(first_future - 0.5, len(report.by_day) + 0.6, color="#eef1f4")
-        ax.text((first_future + len(report.by_day)) / 2, 0.5, "to come", transform=ax.get_xaxis_transform(),
-                ha="center", color="#8d99ae")  # fmt: skip
-    ax.set_xlim(0.4, len(report.by_day) + 0.6)
-    ax.set_xlabel(f"day of {report.month} (UTC)")
-    ax.set_ylabel(cur)
-    ax.set_title("Daily cost")
-    ax.legend(fontsize="small")
-    charts["daily"] = png(fig)
-
-    fig = Figure(figsize=(7.5, 3))
-    ax = fig.add_subplot()
-    clouds = [b.key for b in report.by_cloud]
-    xs = list(range(len(clouds)))
-    billed = [float(b.billed.amount) for b in report.by_cloud]
-    ax.bar([x - 0.2 for x in xs], billed, 0.4, label="billed by the hour", color="#264653")
-    ax.bar([x - 0.2 for x in xs], [float(b.reserved_fee.amount) for b in report.by_cloud], 0.4, bottom=billed,
-           label="reserved fee (amortized)", color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
-    ax.bar(
-        [x + 0.2 for x in xs],
-        [float(b.on_demand_equivalent.amount) for b in report.by_cloud],
-        0.4,
-        label="billed hours at on-demand prices",
-        color="#e9c46a",
-    )
-    ax.set_xticks(xs, clouds)
-    ax.set_ylabel(cur)
-    ax.set_title("Cost vs on-demand equivalent, by cloud")
-    ax.legend(fontsize="small")
-    charts["clouds"] = png(fig)
-    return charts
-
-
 @functools.cache
 def _environment() -> Environment:
     env = Environment(
@@ -161,12 +77,18 @@ def _environment() -> Environment:
     return env
 
 
-def render_html(report: MonthlyReport) -> str:
-    """A self-contained HTML page: styles inline, charts embedded as PNG data URIs."""
+def render_html(report: MonthlyReport, *, phone_charts: bool = True) -> str:
+    """A self-contained HTML page: styles inline, charts embedded as PNG data URIs.
+
+    ``phone_charts``: also embed the charts drawn for a phone's width, which a browser picks on a narrow
+    screen (``<picture>``). A mail leaves them out: mail clients show only the ``<img>``, and each chart
+    would travel twice."""
     template = _environment().get_template("report.html.j2")
     return template.render(
         r=report,
         charts=render_charts(report),
+        phone=render_charts(report, PHONE) if phone_charts else {},
+        chart_names=CHART_NAMES,
         breakdowns=BREAKDOWNS,
         commitment_headers=COMMITMENT_HEADERS,
         sizing_headers=RIGHT_SIZING_HEADERS,
