@@ -20,6 +20,7 @@ from datetime import date, datetime
 from decimal import Decimal
 
 from scheduler.accounting.advice import Advice
+from scheduler.accounting.unit_costs import UnitCosts
 from scheduler.models import Frozen
 from scheduler.money import Money
 
@@ -213,6 +214,7 @@ class MonthlyReport(Frozen):
     notes: tuple[str, ...]
     team_budgets: tuple[TeamMonthBudget, ...] = ()  # the teams with a monthly budget in the settings
     advice: Advice | None = None  # commitments and right-sizing over the days before ``as_of``
+    unit_costs: UnitCosts | None = None  # per training run, per 1,000 images, per GPU-hour (``unit_costs``)
 
     @property
     def empty(self) -> bool:

@@ -22,6 +22,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from scheduler.accounting.advice import CommitmentAdvice, RightSizing
 from scheduler.accounting.report_charts import CHART_NAMES, PHONE, render_charts
 from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
+from scheduler.accounting.unit_costs import GpuUnitCost, RunUnitCost, unit_rows
 from scheduler.money import Money
 
 __all__ = [
@@ -73,7 +74,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label,
-                       commitment=commitment_cells, sizing=right_sizing_cells)
+                       commitment=commitment_cells, sizing=right_sizing_cells, unit=unit_cells,
+                       gpu_unit=gpu_unit_cells)
     return env
 
 
@@ -91,6 +93,9 @@ def render_html(report: MonthlyReport, *, phone_charts: bool = True) -> str:
         chart_names=CHART_NAMES,
         breakdowns=BREAKDOWNS,
         commitment_headers=COMMITMENT_HEADERS,
+        unit_headers=UNIT_HEADERS,
+        gpu_unit_headers=GPU_UNIT_HEADERS,
+        unit_note=UNIT_NOTE,
         sizing_headers=RIGHT_SIZING_HEADERS,
         last_day=(report.period_end - timedelta(days=1)).date(),
     )
@@ -98,7 +103,7 @@ def render_html(report: MonthlyReport, *, phone_charts: bool = True) -> str:
 
 CSV_COLUMNS = (
     "section", "key", "hours", "billed", "on_demand_equivalent", "savings", "reserved_hours", "reserved_fee", "cost",
-    "currency", "share_pct", "utilisation_pct", "reserved_on_demand_value",
+    "currency", "share_pct", "utilisation_pct", "reserved_on_demand_value", "units", "per_unit",
 )  # fmt: skip
 
 
@@ -161,6 +166,12 @@ def render_csv(report: MonthlyReport) -> str:
         for z in r.advice.right_sizing:
             row("advice_right_sizing", f"{z.model} @{z.img_size}: {z.gpu} -> {z.cheaper_gpu}", hours=z.gpu_hours,
                 savings=z.saving)  # fmt: skip
+    if r.unit_costs is not None and not r.empty:
+        # units x per_unit = cost: "training run" per completed run, "1,000 images inferred", and per GPU model
+        # "GPU-hour", "busy GPU-hour" and "billed GPU-hour at on-demand prices" (cost = the on-demand equivalent).
+        for u in unit_rows(r.unit_costs):
+            row("unit_cost", f"{u.unit}: {u.of}", hours=u.gpu_hours, billed=u.billed,
+                on_demand_equivalent=u.on_demand_equivalent, cost=u.cost, units=u.units, per_unit=u.per_unit)
     for j in r.jobs:
         row("job", j.id, hours=j.hours, billed=j.cost, on_demand_equivalent=j.on_demand_equivalent,
             savings=j.on_demand_equivalent - j.cost, reserved_hours=j.reserved_hours, reserved_fee=j.reserved_fee,
@@ -205,6 +216,10 @@ def summary_rows(r: MonthlyReport) -> list[tuple[str, str]]:
     ]  # fmt: skip
     if r.forecast is not None:
         rows.insert(1, ("Forecast to month end", fmt_money(r.forecast.total)))
+    if r.unit_costs is not None:
+        t, i = r.unit_costs.training, r.unit_costs.inference
+        rows += [("Per training run (completed)", f"{_per(t.per_unit)} ({t.jobs} run(s))"),
+                 ("Per 1,000 images inferred", f"{_per(i.per_unit)} ({i.images or 0:,} images)")]
     return rows
 
 
@@ -239,6 +254,45 @@ def right_sizing_cells(z: RightSizing) -> tuple[str, ...]:
     return (f"{z.model} @{z.img_size}", z.gpu, fmt_hours(z.gpu_hours), z.cheaper_gpu,
             f"{z.rate:.1f} -> {z.cheaper_rate:.1f}", f"{fmt_money(z.price)} -> {fmt_money(z.cheaper_price)}",
             fmt_money(z.saving))  # fmt: skip
+
+
+UNIT_HEADERS = ("unit", "completed", "cost", "per unit", "GPU-hours", "saved vs on-demand")
+GPU_UNIT_HEADERS = ("GPU", "GPU-hours", "busy", "cost", "per GPU-hour", "per busy GPU-hour",
+                    "on-demand per GPU-hour")  # fmt: skip
+
+
+def _per(m: Money | None, unit: str = "") -> str:
+    return "-" if m is None else f"{fmt_money(m)}{unit}"
+
+
+def unit_cells(u: RunUnitCost) -> tuple[str, ...]:
+    if u.kind == "train":
+        label, done, per = "training run", f"{u.jobs} run(s)", " per run"
+    else:
+        label, done, per = "1,000 images inferred", f"{u.images or 0:,} images, {u.jobs} job(s)", " per 1,000"
+    return (label, done, fmt_money(u.cost), _per(u.per_unit, per), fmt_hours(u.gpu_hours), fmt_money(u.savings))
+
+
+def gpu_unit_cells(g: GpuUnitCost) -> tuple[str, ...]:
+    busy = g.busy_gpu_hours / g.gpu_hours * _HUNDRED if g.gpu_hours else None
+    return (g.gpu, fmt_hours(g.gpu_hours), _util(busy), fmt_money(g.cost), _per(g.per_gpu_hour),
+            _per(g.per_busy_gpu_hour), _per(g.on_demand_per_gpu_hour))  # fmt: skip
+
+
+def _md_units(r: MonthlyReport) -> list[str]:
+    u = r.unit_costs
+    if u is None:
+        return []
+    lines = ["## Unit costs", ""]
+    lines += _md_table(UNIT_HEADERS, [unit_cells(u.training), unit_cells(u.inference)])
+    lines += _md_table(GPU_UNIT_HEADERS, [gpu_unit_cells(g) for g in u.by_gpu])
+    return [*lines, UNIT_NOTE, ""]
+
+
+UNIT_NOTE = ("Per training run and per 1,000 images: the jobs that completed this month, each at its whole cost "
+             "(every attempt, every month it ran; billed + reservation fee). Per GPU-hour: this month's cost of "
+             "the machines with that GPU over their GPU-hours (busy and idle), and over the busy ones alone; "
+             "the reservations' unused part is in none of them.")
 
 
 def _md_advice(r: MonthlyReport) -> list[str]:
@@ -288,6 +342,7 @@ def render_markdown(report: MonthlyReport) -> str:
                 trend.append((f"{r.month} (forecast)", fmt_money(f.billed), fmt_money(f.reserved_fees),
                               fmt_money(f.total), "-"))  # fmt: skip
             lines += _md_table(("month", "billed", "reservation fees", "total", "saved vs on-demand"), trend)
+        lines += _md_units(r)
         lines += _md_advice(r)
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]

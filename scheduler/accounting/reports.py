@@ -14,7 +14,6 @@ to cents happens only in the renderers in ``scheduler/accounting/report_render.p
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -33,6 +32,7 @@ from scheduler.accounting.report_lines import (
     Line,
     PoolUse,
     convert,
+    month_bounds,
     month_lines,
     priced_period,
     rounded,
@@ -65,6 +65,7 @@ from scheduler.accounting.report_render import (
 )
 from scheduler.accounting.reservations import pools_for
 from scheduler.accounting.team_budgets import team_month_budgets
+from scheduler.accounting.unit_costs import unit_costs
 from scheduler.clock import SystemClock
 from scheduler.errors import UserError
 from scheduler.models import ReservedCapacity
@@ -108,26 +109,12 @@ __all__ = [
 ]
 
 NO_PROJECT = "(no project)"
-_MONTH_RE = re.compile(r"^([1-9][0-9]{3})-(0[1-9]|1[0-2])$")
 _HUNDRED = Decimal(100)
 _SECONDS_PER_HOUR = Decimal(3600)
 T = TypeVar("T")
 
 
 # --- months ------------------------------------------------------------------
-
-
-def month_bounds(month: str) -> tuple[datetime, datetime]:
-    """``"2026-11"`` -> [2026-11-01T00:00Z, 2026-12-01T00:00Z)."""
-    m = _MONTH_RE.match(month) if isinstance(month, str) else None
-    if m is None:
-        raise UserError(f"month must look like 2026-11, not {month!r}", fix="give the year and month as YYYY-MM")
-    year, mon = int(m.group(1)), int(m.group(2))
-    if (year, mon) == (9999, 12):  # its end, 10000-01-01, is past what a datetime holds
-        raise UserError(f"month {month!r} is past the last one gpusched can report", fix="give a month before 9999-12")
-    start = datetime(year, mon, 1, tzinfo=timezone.utc)
-    end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=timezone.utc)
-    return start, end
 
 
 def previous_month(now: datetime) -> str:
@@ -577,6 +564,8 @@ def build_report(
         team_budgets=team_month_budgets(by_team, team_budgets or {}, forecast, currency, fx),
         advice=advise(session, as_of, currency=currency, fx=fx, lookback_days=advice_days,
                       open_costs=open_costs or ()),
+        unit_costs=unit_costs(session, month, lines, start=start, as_of=as_of, reserved=reserved, currency=currency,
+                              fx_for=rates_for),
     )
 
 

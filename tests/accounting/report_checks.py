@@ -49,6 +49,9 @@ def assert_agrees(r: MonthlyReport) -> None:
         if r.total.amount:
             assert abs(sum((b.share_pct for b in rows), ZERO) - 100) < Decimal("1e-20"), attr
     assert _sum(c.cost for c in r.team_by_capacity) == r.total.amount
+    if r.unit_costs is not None:  # every GPU-hour that ran is some model's; the unused reservations are no one's
+        assert _sum(g.cost for g in r.unit_costs.by_gpu) + r.reserved_unused.amount == r.total.amount
+        assert _sum(g.on_demand_equivalent for g in r.unit_costs.by_gpu) == r.on_demand_equivalent.amount
     # Jobs are not a breakdown (idle hours have no job), but they can never add up to more than the whole.
     assert _sum(j.cost for j in r.jobs) <= r.billed.amount
     assert _sum(j.reserved_fee for j in r.jobs) <= r.reserved_fees.amount - r.reserved_unused.amount
