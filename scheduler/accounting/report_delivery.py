@@ -45,6 +45,9 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
     facts: list[tuple[str, str]] = [("Total (amortized)", fmt_money(r.total))]
     if r.forecast is not None:
         facts.append(("Forecast to month end", fmt_money(r.forecast.total)))
+        if r.forecast.queued_jobs:
+            facts.append(("of which queued work", f"{fmt_money(r.forecast.queued)} "
+                                                  f"({len(r.forecast.queued_jobs)} job(s))"))
     facts += [
         ("Billed by the hour", fmt_money(r.billed)),
         ("Reservation fees", fmt_money(r.reserved_fees)),

@@ -20,6 +20,7 @@ from datetime import date, datetime
 from decimal import Decimal
 
 from scheduler.accounting.advice import Advice
+from scheduler.accounting.queued_work import QueuedJob
 from scheduler.accounting.unit_costs import UnitCosts
 from scheduler.models import Frozen
 from scheduler.money import Money
@@ -97,13 +98,22 @@ class ReservationUse(Frozen):
 
 
 class Forecast(Frozen):
-    """The month to its end: billed at the month-so-far hourly rate, reservation fees as amortized."""
+    """The month to its end, in three parts: the run rate (billed at the month-so-far hourly rate), the
+    reservation fees as amortized, and the work queued now (``queued_work``: each waiting job's planned
+    cost, the part of it that fits before the month's end)."""
 
-    total: Money
-    billed: Money
+    total: Money  # billed + reserved_fees + queued
+    billed: Money  # the run rate: billed so far, carried on to the month's end
     reserved_fees: Money
+    queued: Money
+    queued_jobs: tuple[QueuedJob, ...]
     hours_elapsed: Decimal
     hours_left: Decimal
+
+    @property
+    def unestimated(self) -> int:
+        """Queued jobs without a plan yet: counted, priced at nothing."""
+        return sum(1 for j in self.queued_jobs if j.estimate is None)
 
 
 class MonthTotals(Frozen):

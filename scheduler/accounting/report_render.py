@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from scheduler.accounting.advice import CommitmentAdvice, RightSizing
+from scheduler.accounting.queued_work import QueuedJob
 from scheduler.accounting.report_charts import CHART_NAMES, PHONE, render_charts
 from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
 from scheduler.accounting.unit_costs import GpuUnitCost, RunUnitCost, unit_rows
@@ -75,7 +76,7 @@ def _environment() -> Environment:
     )
     env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label,
                        commitment=commitment_cells, sizing=right_sizing_cells, unit=unit_cells,
-                       gpu_unit=gpu_unit_cells)
+                       gpu_unit=gpu_unit_cells, queued=queued_cells)
     return env
 
 
@@ -94,6 +95,7 @@ def render_html(report: MonthlyReport, *, phone_charts: bool = True) -> str:
         breakdowns=BREAKDOWNS,
         commitment_headers=COMMITMENT_HEADERS,
         unit_headers=UNIT_HEADERS,
+        queued_headers=QUEUED_HEADERS,
         gpu_unit_headers=GPU_UNIT_HEADERS,
         unit_note=UNIT_NOTE,
         sizing_headers=RIGHT_SIZING_HEADERS,
@@ -150,7 +152,11 @@ def render_csv(report: MonthlyReport) -> str:
         row("day", d.day.isoformat(), hours=d.hours, billed=d.billed, reserved_fee=d.reserved_fee, cost=d.cost)
     if r.forecast is not None:
         f = r.forecast
+        # cost = billed (the run rate) + reserved_fee + the queued work (its own row; per job below).
         row("forecast", r.month, billed=f.billed, reserved_fee=f.reserved_fees, cost=f.total)
+        row("forecast_queued", r.month, cost=f.queued, units=Decimal(len(f.queued_jobs)))
+        for q in f.queued_jobs:
+            row("queued_job", q.id, hours=q.est_hours, cost=q.in_month, per_unit=q.estimate)
     for t in r.trend:
         row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
@@ -215,7 +221,9 @@ def summary_rows(r: MonthlyReport) -> list[tuple[str, str]]:
         ("Idle hours avoided (estimate)", fmt_hours(r.idle_hours_avoided)),
     ]  # fmt: skip
     if r.forecast is not None:
-        rows.insert(1, ("Forecast to month end", fmt_money(r.forecast.total)))
+        rows[1:1] = [("Forecast to month end", fmt_money(r.forecast.total)),
+                     ("of which work queued now", f"{fmt_money(r.forecast.queued)} ({len(r.forecast.queued_jobs)} "
+                                                  "job(s))")]  # fmt: skip
     if r.unit_costs is not None:
         t, i = r.unit_costs.training, r.unit_costs.inference
         rows += [("Per training run (completed)", f"{_per(t.per_unit)} ({t.jobs} run(s))"),
@@ -254,6 +262,14 @@ def right_sizing_cells(z: RightSizing) -> tuple[str, ...]:
     return (f"{z.model} @{z.img_size}", z.gpu, fmt_hours(z.gpu_hours), z.cheaper_gpu,
             f"{z.rate:.1f} -> {z.cheaper_rate:.1f}", f"{fmt_money(z.price)} -> {fmt_money(z.cheaper_price)}",
             fmt_money(z.saving))  # fmt: skip
+
+
+QUEUED_HEADERS = ("job", "team", "project", "planned cost", "expected h", "before the month's end")
+
+
+def queued_cells(q: QueuedJob) -> tuple[str, ...]:
+    return (f"{q.name} ({q.id})", q.team, q.project or "-", fmt_money(q.estimate) if q.estimate else "not planned yet",
+            "-" if q.est_hours is None else fmt_hours(q.est_hours), fmt_money(q.in_month))  # fmt: skip
 
 
 UNIT_HEADERS = ("unit", "completed", "cost", "per unit", "GPU-hours", "saved vs on-demand")
@@ -337,11 +353,16 @@ def render_markdown(report: MonthlyReport) -> str:
                  fmt_money(t.total), fmt_money(t.savings))
                 for t in r.trend
             ]  # fmt: skip
+            trend = [(*t[:3], "-", *t[3:]) for t in trend]
             if r.forecast is not None:
                 f = r.forecast
                 trend.append((f"{r.month} (forecast)", fmt_money(f.billed), fmt_money(f.reserved_fees),
-                              fmt_money(f.total), "-"))  # fmt: skip
-            lines += _md_table(("month", "billed", "reservation fees", "total", "saved vs on-demand"), trend)
+                              fmt_money(f.queued), fmt_money(f.total), "-"))  # fmt: skip
+            lines += _md_table(("month", "billed", "reservation fees", "queued work", "total", "saved vs on-demand"),
+                               trend)  # fmt: skip
+            if r.forecast is not None and r.forecast.queued_jobs:
+                lines += ["## Work queued now", ""]
+                lines += _md_table(QUEUED_HEADERS, [queued_cells(q) for q in r.forecast.queued_jobs])
         lines += _md_units(r)
         lines += _md_advice(r)
         for _, attr, title in BREAKDOWNS:

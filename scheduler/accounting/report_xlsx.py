@@ -101,7 +101,9 @@ def render_xlsx(report: MonthlyReport) -> bytes:
         ("Idle cost avoided (estimate)", r.idle_cost_avoided.amount, money),
     ]
     if r.forecast is not None:
-        figures.insert(3, ("Forecast to month end", r.forecast.total.amount, money))
+        figures[3:3] = [("Forecast to month end", r.forecast.total.amount, money),
+                        ("Forecast: run rate (billed)", r.forecast.billed.amount, money),
+                        ("Forecast: work queued now", r.forecast.queued.amount, money)]
     if r.unit_costs is not None:
         t, i = r.unit_costs.training, r.unit_costs.inference
         figures += [("Per training run (completed)", _amount(t.per_unit), money),

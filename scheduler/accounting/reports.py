@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from scheduler.accounting import ledger
 from scheduler.accounting.advice import advise
 from scheduler.accounting.focus import FocusRow, focus_rows, write_focus
+from scheduler.accounting.queued_work import queued_work
 from scheduler.accounting.report_lines import (
     RESERVED,
     CostLike,
@@ -379,17 +380,21 @@ def _as_of(start: datetime, end: datetime, now: datetime) -> datetime:
 
 
 def _forecast(
-    billed: Decimal, reserved: Sequence[ReservedCapacity], start: datetime, end: datetime, as_of: datetime,
-    currency: str, fx: FxRates,
+    session: Session, billed: Decimal, reserved: Sequence[ReservedCapacity], start: datetime, end: datetime,
+    as_of: datetime, currency: str, fx: FxRates,
 ) -> Forecast | None:
-    """The month to its end: billed hours at the month-so-far hourly rate; reservation fees as amortized."""
+    """The month to its end: billed hours at the month-so-far hourly rate, reservation fees as amortized,
+    and the work queued now (``queued_work``)."""
     if not start < as_of < end:
         return None
     elapsed, left = seconds(as_of - start), seconds(end - as_of)
     billed_to_end = billed + billed * left / elapsed
     fees = sum((p.fee for p in pools_for(reserved, start, end, currency, fx).values()), Decimal(0))
+    waiting = queued_work(session, currency=currency, fx=fx, hours_left=left / _SECONDS_PER_HOUR)
+    queued = sum((j.in_month.amount for j in waiting), Decimal(0))
     return Forecast(
-        total=_m(billed_to_end + fees, currency), billed=_m(billed_to_end, currency), reserved_fees=_m(fees, currency),
+        total=_m(billed_to_end + fees + queued, currency), billed=_m(billed_to_end, currency),
+        reserved_fees=_m(fees, currency), queued=_m(queued, currency), queued_jobs=waiting,
         hours_elapsed=elapsed / _SECONDS_PER_HOUR, hours_left=left / _SECONDS_PER_HOUR,
     )  # fmt: skip
 
@@ -480,7 +485,7 @@ def build_report(
     jobs = _jobs(session, lines, month, currency, fx, rates_for)
     rates = _rates(fx, currency)
     by_team = _breakdown(lines, lambda l: l.team, unused, total, currency)
-    forecast = _forecast(billed, reserved, start, end, as_of, currency, fx)
+    forecast = _forecast(session, billed, reserved, start, end, as_of, currency, fx)
 
     own_notes = [
         "Amounts are converted to {} at {} rates: {}.".format(
@@ -514,6 +519,16 @@ def build_report(
                              "so it counts as free here and the total leaves its cost out.")
     if now < end:
         own_notes.append(f"The month is not over: figures run up to {as_of:%Y-%m-%d %H:%M} UTC.")
+    if forecast is not None:
+        waiting = forecast.queued_jobs
+        own_notes.append(
+            "The forecast to the month's end = the run rate (billed so far, carried on at the same hourly rate) + "
+            "the reservation fees as amortized + the work queued now: "
+            + (f"{len(waiting)} waiting job(s) at the cost their latest plan expects, the part that fits before "
+               "the month's end if each started now" if waiting else "no job is waiting")
+            + (f"; {forecast.unestimated} of them not planned yet, counted at nothing" if forecast.unestimated
+               else "") + "."
+        )  # fmt: skip
     if opened:
         own_notes.append(f"Includes {opened} still-running interval(s) priced up to the report time.")
 

@@ -7,6 +7,7 @@ would not fit what is left waits, ``scheduler/planner/plan.py``); the report sho
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -28,11 +29,14 @@ def team_month_budgets(
     scale = Decimal(1)
     if forecast is not None and forecast.hours_elapsed > 0:
         scale = (forecast.hours_elapsed + forecast.hours_left) / forecast.hours_elapsed
+    queued: dict[str, Decimal] = defaultdict(Decimal)  # the work each team has waiting, as the forecast counts it
+    for job in forecast.queued_jobs if forecast is not None else ():
+        queued[job.team] += job.in_month.amount
     rows = []
     for team, budget in sorted(budgets.items()):
         limit = fx.convert(budget, currency).amount
         actual = billed.get(team, Decimal(0))
-        ahead = actual * scale
+        ahead = actual * scale + queued[team]
         rows.append(TeamMonthBudget(
             team=team, budget=Money(amount=limit, currency=currency), actual=Money(amount=actual, currency=currency),
             forecast=Money(amount=ahead, currency=currency),

@@ -65,7 +65,10 @@ def assert_agrees(r: MonthlyReport) -> None:
             assert d.day >= r.as_of.date()
     assert r.trend[-1].total == r.total and r.trend[-1].savings == r.savings and r.trend[-1].month == r.month
     if r.forecast is not None:
-        assert r.forecast.total.amount == r.forecast.billed.amount + r.forecast.reserved_fees.amount
+        f = r.forecast
+        assert f.total.amount == f.billed.amount + f.reserved_fees.amount + f.queued.amount
+        assert f.queued.amount == _sum(q.in_month for q in f.queued_jobs)
+        assert all(q.estimate is None or q.in_month <= q.estimate for q in f.queued_jobs)
         assert r.forecast.billed >= r.billed and r.forecast.reserved_fees >= r.reserved_fees
     _assert_csv_agrees(r)
 
