@@ -58,12 +58,15 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
     for t in r.team_budgets:
         facts.append((f"Budget {t.team}", f"{fmt_pct(t.used_pct)} of {fmt_money(t.budget)} used, forecast "
                                           f"{fmt_pct(t.forecast_pct)}"))
+    for p in r.project_budgets:
+        facts.append((f"Budget project {p.project}", f"{fmt_pct(p.used_pct)} of {fmt_money(p.budget)} used, "
+                                                     f"forecast {fmt_pct(p.forecast_pct)}"))
     names = ", ".join(p.name for p in paths.values())
     return Notice(
         title=f"GPU spend {r.month}: {fmt_money(r.total)}" + ("" if r.forecast is None else " so far"),
         facts=tuple(facts),
         footer=f"Report files: {names}" if names else None,
-        severity="warning" if any(t.over_budget for t in r.team_budgets) else "info",
+        severity="warning" if any(t.over_budget for t in (*r.team_budgets, *r.project_budgets)) else "info",
     )
 
 

@@ -22,7 +22,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from scheduler.accounting.advice import CommitmentAdvice, RightSizing
 from scheduler.accounting.queued_work import QueuedJob
 from scheduler.accounting.report_charts import CHART_NAMES, PHONE, render_charts
-from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
+from scheduler.accounting.report_models import Breakdown, MonthBudget, MonthlyReport, ReservationUse
 from scheduler.accounting.unit_costs import GpuUnitCost, RunUnitCost, unit_rows
 from scheduler.money import Money
 
@@ -160,10 +160,10 @@ def render_csv(report: MonthlyReport) -> str:
     for t in r.trend:
         row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
-    for tb in r.team_budgets:
-        row("team_budget", tb.team, cost=tb.budget)
-        row("team_actual", tb.team, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
-        row("team_forecast", tb.team, cost=tb.forecast, share_pct=tb.forecast_pct)
+    for tb in (*r.team_budgets, *r.project_budgets):  # sections team_* and project_*
+        row(f"{tb.scope}_budget", tb.name, cost=tb.budget)
+        row(f"{tb.scope}_actual", tb.name, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
+        row(f"{tb.scope}_forecast", tb.name, cost=tb.forecast, share_pct=tb.forecast_pct)
     if r.advice is not None:
         for a in r.advice.commitments:
             key = f"{a.term.name}: {a.scope} x {a.level.normalize():f}, break-even {fmt_pct(a.break_even * _HUNDRED)}"
@@ -262,6 +262,15 @@ def right_sizing_cells(z: RightSizing) -> tuple[str, ...]:
     return (f"{z.model} @{z.img_size}", z.gpu, fmt_hours(z.gpu_hours), z.cheaper_gpu,
             f"{z.rate:.1f} -> {z.cheaper_rate:.1f}", f"{fmt_money(z.price)} -> {fmt_money(z.cheaper_price)}",
             fmt_money(z.saving))  # fmt: skip
+
+
+BUDGET_HEADERS = ("budget", "actual", "used", "forecast", "forecast used")
+
+
+def budget_cells(t: MonthBudget) -> tuple[str, ...]:
+    spent = " (at the limit)" if t.scope == "team" else " (spent)"
+    return (t.name, fmt_money(t.budget), fmt_money(t.actual), fmt_pct(t.used_pct) + (spent if t.over_budget else ""),
+            fmt_money(t.forecast), fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else ""))  # fmt: skip
 
 
 QUEUED_HEADERS = ("job", "team", "project", "planned cost", "expected h", "before the month's end")
@@ -368,17 +377,10 @@ def render_markdown(report: MonthlyReport) -> str:
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]
             lines += _md_table((title, *BREAKDOWN_HEADERS), [breakdown_cells(b) for b in getattr(r, attr)])
-        if r.team_budgets:
-            lines += ["## Team budgets", ""]
-            lines += _md_table(
-                ("team", "budget", "actual", "used", "forecast", "forecast used"),
-                [
-                    (t.team, fmt_money(t.budget), fmt_money(t.actual),
-                     fmt_pct(t.used_pct) + (" (at the limit)" if t.over_budget else ""), fmt_money(t.forecast),
-                     fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else ""))
-                    for t in r.team_budgets
-                ],
-            )  # fmt: skip
+        for title, rows in (("Team", r.team_budgets), ("Project", r.project_budgets)):
+            if rows:
+                lines += [f"## {title} budgets", ""]
+                lines += _md_table((title.lower(), *BUDGET_HEADERS), [budget_cells(t) for t in rows])
         if r.budget_vs_actual:
             lines += ["## Budget vs actual", ""]
             lines += _md_table(

@@ -159,6 +159,12 @@ def render_xlsx(report: MonthlyReport) -> bytes:
                   None if r.reserved_utilisation_pct is None else r.reserved_utilisation_pct / _HUNDRED,
                   r.reserved_fees.amount, r.reserved_fees.amount - r.reserved_unused.amount, r.reserved_unused.amount,
                   r.reserved_on_demand_value.amount, None])  # fmt: skip
+    budgets = (*r.team_budgets, *r.project_budgets)
+    if budgets:
+        _sheet(wb, "Budgets", ("for", "name", "budget", "actual", "used", "forecast", "forecast used", "over budget"),
+               [(b.scope, b.name, b.budget.amount, b.actual.amount, b.used_pct / _HUNDRED, b.forecast.amount,
+                 b.forecast_pct / _HUNDRED, "yes" if b.over_budget else "no") for b in budgets],
+               {3: money, 4: money, 5: _PCT_FORMAT, 6: money, 7: _PCT_FORMAT})  # fmt: skip
     if r.unit_costs is not None:
         # units x per unit = cost, row by row (the package docstring of unit_costs says what each counts).
         _sheet(wb, "Unit costs",

@@ -65,7 +65,7 @@ from scheduler.accounting.report_render import (
     write_report,
 )
 from scheduler.accounting.reservations import pools_for
-from scheduler.accounting.team_budgets import team_month_budgets
+from scheduler.accounting.team_budgets import project_month_budgets, team_month_budgets
 from scheduler.accounting.unit_costs import unit_costs
 from scheduler.clock import SystemClock
 from scheduler.errors import UserError
@@ -453,6 +453,7 @@ def build_report(
     notes: Sequence[str] = (),
     team_budgets: Mapping[str, Money] | None = None,
     advice_days: int = 30,
+    project_budgets: Mapping[str, Money] | None = None,
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
@@ -462,7 +463,8 @@ def build_report(
     ``fx`` converts this month; ``fx_for(month)`` the earlier months of the trend and of jobs' cost
     to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
-    ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast.
+    ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast;
+    ``project_budgets`` each project's (GPUSCHED_PROJECT_BUDGETS), alike.
     ``advice_days``: how far back (30-90 days before the report's figures end) the advice looks.
     """
     start, end = month_bounds(month)
@@ -485,6 +487,7 @@ def build_report(
     jobs = _jobs(session, lines, month, currency, fx, rates_for)
     rates = _rates(fx, currency)
     by_team = _breakdown(lines, lambda l: l.team, unused, total, currency)
+    by_project = _breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency)
     forecast = _forecast(session, billed, reserved, start, end, as_of, currency, fx)
 
     own_notes = [
@@ -565,7 +568,7 @@ def build_report(
         idle_hours_avoided=avoided_hours,
         idle_cost_avoided=_m(avoided_cost, currency),
         by_team=by_team,
-        by_project=_breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency),
+        by_project=by_project,
         by_cloud=_breakdown(lines, lambda l: l.provider, unused, total, currency),
         by_gpu=_breakdown(lines, lambda l: l.gpu, unused, total, currency),
         by_capacity=_breakdown(lines, lambda l: l.capacity, unused, total, currency),
@@ -577,6 +580,7 @@ def build_report(
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
         team_budgets=team_month_budgets(by_team, team_budgets or {}, forecast, currency, fx),
+        project_budgets=project_month_budgets(by_project, project_budgets or {}, forecast, currency, fx),
         advice=advise(session, as_of, currency=currency, fx=fx, lookback_days=advice_days,
                       open_costs=open_costs or ()),
         unit_costs=unit_costs(session, month, lines, start=start, as_of=as_of, reserved=reserved, currency=currency,
@@ -603,6 +607,7 @@ def _report_in(s: Session, settings: Settings, month: str, now: datetime) -> Mon
         s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
         open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
         fx_dated=month in settings.fx_usd_cny_by_month, team_budgets=settings.team_budgets,
+        project_budgets=settings.project_budgets,
     )
 
 

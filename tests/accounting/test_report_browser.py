@@ -39,8 +39,9 @@ CHARTS = 3  # team x capacity, daily, clouds
 
 
 def busy_month(session: Session, ledger: Ledger) -> MonthlyReport:
-    """The mixed month, plus what stretches a layout: many teams, a 63-character job name, budgets, a job over
-    its budget, an idle stop, a month still running (forecast and trend rows)."""
+    """The mixed month, plus what stretches a layout: many teams, a 63-character job name, team and project
+    budgets, a job over its budget, an idle stop, a month still running (forecast and trend rows) with work
+    queued."""
     mixed_month(ledger)
     for i in range(6):
         team = f"team-{i}-with-a-rather-long-name-for-attribution"[: 40 + i]
@@ -54,9 +55,16 @@ def busy_month(session: Session, ledger: Ledger) -> MonthlyReport:
         ledger.cost(inst, nov(4 + i, 2), nov(4 + i, 9), amount=str(24 + i), on_demand="63.7", job_id=jid,
                     project=f"project-{i}")  # fmt: skip
     ledger.idle_stop(ledger.instance("i-stop", currency="CNY", price="3"), nov(9, 3))
+    # Waiting work: one planned (its estimate from the stored plan), one not planned yet.
+    plan = {"choice": {"est_cost": {"amount": "80", "currency": "USD"}, "est_hours": 30}, "alternatives": []}
+    for jid, stored in (("job-queued-planned", plan), ("job-queued-unplanned", None)):
+        session.add(JobRow(id=jid, name=("queued-helmet-retrain-" * 3)[:63].rstrip("-"), team="vision",
+                           project="project-0", kind="train", model="yolov9-c", spec_json={}, state="queued",
+                           submitted_at=nov(16), plan_json=stored, updated_at=nov(16)))  # fmt: skip
     budgets = {"vision": Money.parse("100 CNY"), "ocr": Money.parse("50 CNY"),
                "team-0-with-a-rather-long-name-for-attrib": Money.parse("20 USD")}  # fmt: skip
-    return report_for(session, now=nov(16, 12), team_budgets=budgets)
+    projects = {"project-0": Money.parse("500 CNY"), "a-project-with-a-name-of-many-words-in-it": Money.parse("1 CNY")}
+    return report_for(session, now=nov(16, 12), team_budgets=budgets, project_budgets=projects)
 
 
 @pytest.fixture(scope="module")
