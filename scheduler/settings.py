@@ -109,6 +109,8 @@ class Settings(BaseSettings):
     # Chat webhooks, service=URL comma-separated: slack=https://hooks.slack.com/services/...,dingtalk=...,
     # wecom=..., feishu=... Their URLs carry the token, so they are secrets too.
     webhooks: Annotated[dict[str, SecretStr], NoDecode] = {}
+    # A DingTalk robot with the "sign" security setting: its secret (SEC...); posts to it are then signed.
+    dingtalk_secret: SecretStr | None = None
     # A team is alerted (once per threshold per month) when its month's billed spend crosses these shares of
     # its GPUSCHED_TEAM_BUDGETS budget.
     budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
@@ -144,7 +146,7 @@ class Settings(BaseSettings):
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
         return v
 
-    @field_validator("smtp_url", mode="before")
+    @field_validator("smtp_url", "dingtalk_secret", mode="before")
     @classmethod
     def _no_empty_url(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v

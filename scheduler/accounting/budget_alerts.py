@@ -148,7 +148,7 @@ def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
                              + ["", notice.footer or ""])
             mail = mail_message(sender=settings.report_mail_from, to=settings.report_mail_to, subject=notice.title,
                                 at=now, text=text)
-        outcomes = deliver(settings, notice, mail=mail, http=http) if channels else []
+        outcomes = deliver(settings, notice, mail=mail, http=http, now=now) if channels else []
         recorded = _settle(store, month, row, claimed, outcomes, channels)
         log.info("budget_alert", scope=row.scope, name=row.name, month=month, thresholds=claimed,
                  used_pct=str(row.used_pct), delivered=sum(o.ok for o in outcomes), channels=len(channels),

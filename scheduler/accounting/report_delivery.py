@@ -19,6 +19,7 @@ from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_pdf import write_pdf
 from scheduler.accounting.report_render import fmt_money, fmt_pct, render_html, render_markdown, write_report
 from scheduler.accounting.reports import monthly_report_and_focus
+from scheduler.clock import SystemClock
 from scheduler.settings import Settings
 from scheduler.store.database import Store
 
@@ -71,8 +72,9 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
 
 
 def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, Path], *,
-                http: httpx.Client | None = None) -> list[Delivered]:
-    """Mail the report (HTML body, PDF and CSV attached) and post its summary to every webhook."""
+                http: httpx.Client | None = None, now: datetime | None = None) -> list[Delivered]:
+    """Mail the report (HTML body, PDF and CSV attached) and post its summary to every webhook, at ``now``
+    (default: when the report was generated)."""
     mail = None
     if settings.smtp_url is not None and settings.report_mail_to:
         attachments = [paths[k] for k in ("pdf", "csv") if k in paths]
@@ -81,7 +83,7 @@ def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, P
             subject=f"GPU spend report {report.month}: {fmt_money(report.total)}", at=report.generated_at,
             text=render_markdown(report), html=render_html(report, phone_charts=False), attachments=attachments,
         )  # fmt: skip
-    return deliver(settings, report_notice(report, paths), mail=mail, http=http)
+    return deliver(settings, report_notice(report, paths), mail=mail, http=http, now=now or report.generated_at)
 
 
 def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = None, now: datetime | None = None,
@@ -89,11 +91,13 @@ def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = Non
                    focus: bool = False) -> SentReport:
     """Write the month's report files (the PDF too; with ``focus`` the FOCUS file) and, with ``send`` and
     channels set up, deliver them."""
-    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
+    at = now or SystemClock().now()
+    report, rows = monthly_report_and_focus(settings, month, now=at, store=store, focus=focus)
     folder = out_dir or settings.reports_path
     paths = write_report(report, folder)
     if rows is not None:
         paths["focus"] = write_focus(rows, month, folder)
     paths["pdf"] = write_pdf(report, folder)
-    outcomes = send_report(settings, report, paths, http=http) if send and channels_configured(settings) else []
+    outcomes = (send_report(settings, report, paths, http=http, now=at)
+                if send and channels_configured(settings) else [])
     return SentReport(paths, outcomes)
