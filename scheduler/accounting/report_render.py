@@ -42,6 +42,7 @@ __all__ = [
 _HUNDRED = Decimal(100)  # the total row's share of the month, in percent
 _ONE_PLACE = Decimal("0.1")
 _CENT = Decimal("0.01")
+_UNIT_PLACES = Decimal("0.0001")
 
 
 def fmt_money(money: Money) -> str:
@@ -109,8 +110,9 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-def _csv_num(value: Decimal | None) -> str:
-    return "" if value is None else str(value.quantize(_CENT, rounding=ROUND_HALF_EVEN))
+def _csv_num(value: Decimal | None, places: Decimal = _CENT) -> str:
+    # per_unit to four places: a unit cost is often a fraction of a cent (per GPU-hour, per 1,000 images).
+    return "" if value is None else str(value.quantize(places, rounding=ROUND_HALF_EVEN))
 
 
 def render_csv(report: MonthlyReport) -> str:
@@ -125,7 +127,8 @@ def render_csv(report: MonthlyReport) -> str:
         return None if m is None else m.amount
 
     def row(section: str, key: str, **cells: Decimal | Money | None) -> None:
-        values = {k: _csv_num(amount(v) if isinstance(v, Money) or v is None else v) for k, v in cells.items()}
+        values = {k: _csv_num(amount(v) if isinstance(v, Money) or v is None else v,
+                              _UNIT_PLACES if k == "per_unit" else _CENT) for k, v in cells.items()}
         out.writerow([section, key] + [cur if c == "currency" else values.get(c, "") for c in CSV_COLUMNS[2:]])
 
     row("total", r.month, hours=r.busy_hours + r.idle_hours, billed=r.billed,
@@ -156,7 +159,7 @@ def render_csv(report: MonthlyReport) -> str:
         row("forecast", r.month, billed=f.billed, reserved_fee=f.reserved_fees, cost=f.total)
         row("forecast_queued", r.month, cost=f.queued, units=Decimal(len(f.queued_jobs)))
         for q in f.queued_jobs:
-            row("queued_job", q.id, hours=q.est_hours, cost=q.in_month, per_unit=q.estimate)
+            row("queued_job", q.id, hours=q.est_hours, cost=q.in_month)  # the part before the month's end
     for t in r.trend:
         row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
@@ -286,8 +289,15 @@ GPU_UNIT_HEADERS = ("GPU", "GPU-hours", "busy", "cost", "per GPU-hour", "per bus
                     "on-demand per GPU-hour")  # fmt: skip
 
 
+def fmt_unit_price(m: Money) -> str:
+    """A unit cost: cents, but four places under 1 (0.0202 CNY per 1,000 images is not 0.02)."""
+    if abs(m.amount) >= 1 or not m.amount.is_finite():
+        return fmt_money(m)
+    return f"{m.amount.quantize(_UNIT_PLACES, rounding=ROUND_HALF_EVEN)} {m.currency}"
+
+
 def _per(m: Money | None, unit: str = "") -> str:
-    return "-" if m is None else f"{fmt_money(m)}{unit}"
+    return "-" if m is None else f"{fmt_unit_price(m)}{unit}"
 
 
 def unit_cells(u: RunUnitCost) -> tuple[str, ...]:

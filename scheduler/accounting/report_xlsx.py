@@ -171,7 +171,8 @@ def render_xlsx(report: MonthlyReport) -> bytes:
                ("unit", "of", "units", "cost", "per unit", "GPU-hours", "billed", "on-demand equivalent"),
                [(u.unit, u.of, u.units, u.cost.amount, _amount(u.per_unit), u.gpu_hours, u.billed.amount,
                  u.on_demand_equivalent.amount) for u in unit_rows(r.unit_costs)],
-               {3: "#,##0.0##", 4: money, 5: money, 6: _HOURS_FORMAT, 7: money, 8: money})  # fmt: skip
+               {3: "#,##0.0##", 4: money, 5: f'#,##0.0000 "{cur}"', 6: _HOURS_FORMAT, 7: money,
+                8: money})  # fmt: skip
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()
