@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, create_model, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, ValidationInfo, create_model, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # --- money and reports
     # Monthly budget per team, JSON: {"vision-qa": "5000 CNY"}. A job that would break it waits.
     team_budgets: dict[str, Money] = {}
+    # Monthly budget per project (job.yaml's project:), JSON: {"safety-helmet": "3000 CNY"}. Reported and
+    # alerted as team budgets are (50/80/100%); not enforced: a project's jobs do not wait for it.
+    project_budgets: dict[str, Money] = {}
     report_currency: Literal["CNY", "USD"] = "CNY"
     fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0, le=1000, allow_inf_nan=False)
     # Dated rates, JSON {"2026-10": "7.12", "2026-11": "7.18"}: a month's report (and each month of its
@@ -109,6 +112,8 @@ class Settings(BaseSettings):
     # Chat webhooks, service=URL comma-separated: slack=https://hooks.slack.com/services/...,dingtalk=...,
     # wecom=..., feishu=... Their URLs carry the token, so they are secrets too.
     webhooks: Annotated[dict[str, SecretStr], NoDecode] = {}
+    # A DingTalk robot with the "sign" security setting: its secret (SEC...); posts to it are then signed.
+    dingtalk_secret: SecretStr | None = None
     # A team is alerted (once per threshold per month) when its month's billed spend crosses these shares of
     # its GPUSCHED_TEAM_BUDGETS budget.
     budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
@@ -144,7 +149,7 @@ class Settings(BaseSettings):
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
         return v
 
-    @field_validator("smtp_url", mode="before")
+    @field_validator("smtp_url", "dingtalk_secret", mode="before")
     @classmethod
     def _no_empty_url(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
@@ -202,7 +207,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"threshold {pct} must be a percentage between 1 and 1000")
         return sorted(set(v))
 
-    @field_validator("team_budgets", mode="before")
+    @field_validator("team_budgets", "project_budgets", mode="before")
     @classmethod
     def _budgets(cls, v: object) -> object:
         if isinstance(v, str):
@@ -228,12 +233,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
         return v
 
-    @field_validator("team_budgets")
+    @field_validator("team_budgets", "project_budgets")
     @classmethod
-    def _budgets_in_range(cls, v: dict[str, Money]) -> dict[str, Money]:
-        for team, money in v.items():
+    def _budgets_in_range(cls, v: dict[str, Money], info: ValidationInfo) -> dict[str, Money]:
+        whose = "team" if info.field_name == "team_budgets" else "project"
+        for name, money in v.items():
             if not (money.amount.is_finite() and 0 < money.amount <= MAX_TEAM_BUDGET):
-                raise ValueError(f"team {team!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
+                raise ValueError(f"{whose} {name!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
         return v
 
     @field_validator("reserved", mode="before")

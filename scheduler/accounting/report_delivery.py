@@ -21,6 +21,7 @@ from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_pdf import write_pdf
 from scheduler.accounting.report_render import fmt_money, fmt_pct, render_html, render_markdown, write_report
 from scheduler.accounting.reports import monthly_report_and_focus
+from scheduler.clock import SystemClock
 from scheduler.settings import Settings
 from scheduler.store.database import Store
 
@@ -47,6 +48,9 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
     facts: list[tuple[str, str]] = [("Total (amortized)", fmt_money(r.total))]
     if r.forecast is not None:
         facts.append(("Forecast to month end", fmt_money(r.forecast.total)))
+        if r.forecast.queued_jobs:
+            facts.append(("of which queued work", f"{fmt_money(r.forecast.queued)} "
+                                                  f"({len(r.forecast.queued_jobs)} job(s))"))
     facts += [
         ("Billed by the hour", fmt_money(r.billed)),
         ("Reservation fees", fmt_money(r.reserved_fees)),
@@ -57,27 +61,31 @@ def report_notice(report: MonthlyReport, paths: Mapping[str, Path]) -> Notice:
     for t in r.team_budgets:
         facts.append((f"Budget {t.team}", f"{fmt_pct(t.used_pct)} of {fmt_money(t.budget)} used, forecast "
                                           f"{fmt_pct(t.forecast_pct)}"))
+    for p in r.project_budgets:
+        facts.append((f"Budget project {p.project}", f"{fmt_pct(p.used_pct)} of {fmt_money(p.budget)} used, "
+                                                     f"forecast {fmt_pct(p.forecast_pct)}"))
     names = ", ".join(p.name for p in paths.values())
     return Notice(
         title=f"GPU spend {r.month}: {fmt_money(r.total)}" + ("" if r.forecast is None else " so far"),
         facts=tuple(facts),
         footer=f"Report files: {names}" if names else None,
-        severity="warning" if any(t.over_budget for t in r.team_budgets) else "info",
+        severity="warning" if any(t.over_budget for t in (*r.team_budgets, *r.project_budgets)) else "info",
     )
 
 
 def send_report(settings: Settings, report: MonthlyReport, paths: Mapping[str, Path], *,
-                http: httpx.Client | None = None) -> list[Delivered]:
-    """Mail the report (HTML body, PDF and CSV attached) and post its summary to every webhook."""
+                http: httpx.Client | None = None, now: datetime | None = None) -> list[Delivered]:
+    """Mail the report (HTML body, PDF and CSV attached) and post its summary to every webhook, at ``now``
+    (default: when the report was generated)."""
     mail = None
     if settings.smtp_url is not None and settings.report_mail_to:
         attachments = [paths[k] for k in ("pdf", "csv") if k in paths]
         mail = mail_message(
             sender=settings.report_mail_from, to=settings.report_mail_to,
             subject=f"GPU spend report {report.month}: {fmt_money(report.total)}", at=report.generated_at,
-            text=render_markdown(report), html=render_html(report), attachments=attachments,
+            text=render_markdown(report), html=render_html(report, phone_charts=False), attachments=attachments,
         )  # fmt: skip
-    return deliver(settings, report_notice(report, paths), mail=mail, http=http)
+    return deliver(settings, report_notice(report, paths), mail=mail, http=http, now=now or report.generated_at)
 
 
 # What ``write_and_send`` tells its ``step`` callback, in order (focus and send only when asked for).
@@ -92,7 +100,8 @@ def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = Non
     (a progress bar)."""
     tell = step or (lambda _name: None)
     tell("the ledger")
-    report, rows = monthly_report_and_focus(settings, month, now=now, store=store, focus=focus)
+    at = now or SystemClock().now()
+    report, rows = monthly_report_and_focus(settings, month, now=at, store=store, focus=focus)
     folder = out_dir or settings.reports_path
     paths = write_report(report, folder, step=tell)
     if rows is not None:
@@ -104,5 +113,5 @@ def write_and_send(settings: Settings, month: str, *, out_dir: Path | None = Non
     outcomes = []
     if send and channels_configured(settings):
         tell("send")
-        outcomes = send_report(settings, report, paths, http=http)
+        outcomes = send_report(settings, report, paths, http=http, now=at)
     return SentReport(paths, outcomes)

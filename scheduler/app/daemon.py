@@ -180,7 +180,7 @@ class Daemon:
         self._run(self._report, self._reports, "monthly_report")
 
     def run_budget_check(self) -> None:
-        """Team budget alerts (scheduler/accounting/budget_alerts.py); never raises."""
+        """Team and project budget alerts (scheduler/accounting/budget_alerts.py); never raises."""
         if self._budget_check is not None:
             self._run(self._budget_check, self._budget_checks, "budget_check")
 

@@ -68,7 +68,7 @@ def run_daemon(settings: Settings) -> None:
         return check_budget_alerts(settings, store, clock.now())
 
     daemon = Daemon(settings, store, clock, tick=tick, monthly_report=monthly_report,
-                    budget_check=budget_check if settings.team_budgets else None, app=None)
+                    budget_check=budget_check if settings.team_budgets or settings.project_budgets else None, app=None)
     app = create_app(store, clock, settings, health=daemon.health, metrics=daemon.metrics, agent_package=package)
     daemon.app = app
     log.info("daemon_starting", backend=settings.backend, providers=list(providers), api=settings.base_url,

@@ -264,14 +264,17 @@ class PerfSampleRow(Base):
 
 
 class BudgetAlertRow(Base):
-    """A team-month budget threshold that was crossed and announced: each is sent once, a restart or a second
-    daemon included (the unique key is claimed before sending and released only when no channel took it)."""
+    """A monthly budget threshold (a team's or a project's) that was crossed and announced: each is sent once,
+    a restart or a second daemon included (the unique key is claimed before sending and released only when no
+    channel took it)."""
 
     __tablename__ = "budget_alerts"
-    __table_args__ = (UniqueConstraint("team", "month", "threshold_pct", name="uq_budget_alerts_team_month_pct"),)
+    __table_args__ = (UniqueConstraint("scope", "name", "month", "threshold_pct",
+                                       name="uq_budget_alerts_scope_name_month_pct"),)  # fmt: skip
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    team: Mapped[str] = mapped_column(String(63))
+    scope: Mapped[str] = mapped_column(String(16), default="team", server_default="team")  # team | project
+    name: Mapped[str] = mapped_column(String(63))  # the team's or the project's
     month: Mapped[str] = mapped_column(String(7))  # YYYY-MM, UTC
     threshold_pct: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime] = mapped_column(UtcDateTime())
