@@ -91,7 +91,7 @@ def test_0009_adds_the_tables_and_keeps_jobs_stored_before(any_store: Store) -> 
                           "attempt, preemptions, restarts, epochs_done, updated_at, version) VALUES ('j1', 'n', 't', "
                           "'train', 'yolov9-s', '{}', 'queued', 50, '2026-11-01 00:00:00+00', 0, 0, 0, 0, "
                           "'2026-11-01 00:00:00+00', 1)"))
-    any_store.migrate()
+    any_store.migrate("0009")
     assert any_store.revision() == "0009"
     with any_store.engine.connect() as conn:
         assert conn.execute(text("SELECT name, submitted_by FROM jobs WHERE id = 'j1'")).one() == ("n", None)
