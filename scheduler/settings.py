@@ -296,7 +296,9 @@ def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None =
         values = reader(**overrides).model_dump(exclude_unset=False)
         return config_cls.model_validate(values)
     except ValidationError as exc:
-        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        # An error of several fields together (a model check) has no field: it names its settings itself.
+        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" if e["loc"] else e["msg"]
+                 for e in exc.errors()]
         raise SettingsError(f"invalid {cloud} settings: " + "; ".join(lines),
                             fix=f"set the {prefix}* variables (see .env.example)") from None
     except PydanticSettingsError as exc:

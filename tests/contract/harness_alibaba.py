@@ -14,7 +14,7 @@ off (``interruption_scale=0``): the suite scripts the ones it wants.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -75,6 +75,7 @@ class AlibabaHarness:
         adapter_catalog: tuple[Offer, ...] | None = None,
         gpu_quota: int | None = None,
         page_size: int = 100,
+        emulator: Mapping[str, Any] | None = None,
         **config: Any,
     ) -> None:
         self.clock = SimClock(START)
@@ -82,7 +83,8 @@ class AlibabaHarness:
             self.clock, catalog, seed=11, interruption_scale=0.0, notice_seconds=NOTICE_SECONDS,
             gpu_quota=gpu_quota, id_prefix="i",
         )
-        self.emulator = AlibabaEcsEmulator(self.cloud, {ACCESS_KEY_ID: SECRET})
+        # ``emulator``: options of the ECS emulator itself (faults, keep-charging types, page sizes).
+        self.emulator = AlibabaEcsEmulator(self.cloud, {ACCESS_KEY_ID: SECRET}, **dict(emulator or {}))
         self.config = AlibabaConfig(
             access_key_id=ACCESS_KEY_ID,
             access_key_secret=SecretStr(SECRET),
