@@ -371,7 +371,7 @@ class AlibabaEcsEmulator:
                 if scripted:
                     error, retry_after = scripted.pop(0)
                     raise error
-                fault = self.faults.draw()
+                fault = self.faults.draw(action)
                 if fault == "throttle":
                     retry_after = self.faults.plan.retry_after_seconds
                     raise EcsError(*_THROTTLING)

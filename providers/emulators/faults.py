@@ -22,7 +22,8 @@ sequence always fail the same calls. The kinds:
     ``timeout`` and must find out by retrying with the same client token.
 
 Signature and parameter checks run before the draw, so a faulty run still
-refuses a bad request the way the cloud does. ``serve.py`` takes the same plan
+refuses a bad request the way the cloud does. ``actions`` narrows the plan to
+those calls (the clouds' action names, e.g. ``RunInstances``); empty: every call. ``serve.py`` takes the same plan
 from ``--fault-rate / --fault-seed / --fault-kinds`` or the environment
 (``GPUSCHED_EMULATOR_FAULT_RATE``, ``_SEED``, ``_KINDS``).
 """
@@ -48,6 +49,7 @@ class FaultPlan:
     seed: int = 0
     kinds: tuple[Fault, ...] = FAULT_KINDS
     retry_after_seconds: float = 1.0  # what a throttling answer asks the caller to wait
+    actions: tuple[str, ...] = ()  # only these calls (RunInstances, DescribeInstances ...); empty: all
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
@@ -63,8 +65,13 @@ class FaultPlan:
     @classmethod
     def parse_kinds(cls, text: str) -> tuple[Fault, ...]:
         """``"throttle,lost"`` (commas or plus signs) as kinds; empty: all of them."""
-        names = [k.strip() for k in text.replace("+", ",").split(",") if k.strip()]
+        names = _names(text)
         return tuple(names) if names else FAULT_KINDS  # type: ignore[return-value]
+
+    @classmethod
+    def parse_actions(cls, text: str) -> tuple[str, ...]:
+        """``"RunInstances,TerminateInstances"`` as actions; empty: every call."""
+        return tuple(_names(text))
 
     def dice(self) -> FaultDice:
         return FaultDice(self)
@@ -82,9 +89,9 @@ class FaultDice:
     def __post_init__(self) -> None:
         self._rng = random.Random(f"faults:{self.plan.seed}")
 
-    def draw(self) -> Fault | None:
-        """The fault for the next call, or None (most calls)."""
-        if self.plan.rate <= 0:
+    def draw(self, action: str = "") -> Fault | None:
+        """The fault for the next call of ``action``, or None (most calls)."""
+        if self.plan.rate <= 0 or (self.plan.actions and action not in self.plan.actions):
             return None
         with self._lock:
             # Two draws per call, always: which calls fail does not depend on the kinds listed.
@@ -95,3 +102,7 @@ class FaultDice:
             kind = self.plan.kinds[pick]
             self.drawn[kind] = self.drawn.get(kind, 0) + 1
             return kind
+
+
+def _names(text: str) -> list[str]:
+    return [k.strip() for k in text.replace("+", ",").split(",") if k.strip()]

@@ -358,7 +358,7 @@ class TencentCvmEmulator:
                 scripted = self._scripted.get(action)
                 if scripted:
                     raise scripted.pop(0)
-                fault = self.faults.draw()
+                fault = self.faults.draw(action)
                 if fault == "throttle":
                     raise CvmError("RequestLimitExceeded", "your requests exceed the frequency limit",
                                    self.faults.plan.retry_after_seconds)

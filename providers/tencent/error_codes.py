@@ -266,11 +266,8 @@ DOCUMENTED: Mapping[str, frozenset[str]] = {
 ALSO_KNOWN: Mapping[str, str] = {
     "ResourceInsufficient.ZoneSoldOutForSpecifiedInstance": "sold out in the zone (CVM RunInstances, older list)",
     "ResourceNotFound.InvalidInstanceIdNotFound": "an instance id CVM does not know (older list)",
-    "InstancesQuotaLimitExceeded": "the account's instance quota (CVM RunInstances)",
-    "UnsupportedOperation.InstanceStateShutdown": "the instance is in the recycle bin (CVM StopInstances list)",
     "ClientNetworkError": "the SDK: the request did not reach CVM, or its answer never came back",
     "ServerNetworkError": "the SDK: CVM answered with an HTTP status other than 200",
-    "InternalServerError": "CVM's server error (Stop/Start/Terminate/DescribeInstances lists)",
     "JSONDecodeError": "the SDK: an answer that is not JSON (a gateway error page)",
     "ClientError": "the SDK: a request it could not build",
     "ClientParamsError": "the SDK: parameters it could not serialise",

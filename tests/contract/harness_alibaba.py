@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from providers.base import Instance, Provider, ProviderError
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
@@ -127,15 +128,24 @@ class AlibabaHarness:
         config = self.config.model_copy(update={"access_key_secret": SecretStr("not-the-secret")})
         return from_config(config, self.clock, self._adapter_catalog)
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.emulator.faults.drawn)
+
     def close(self) -> None:
         self.emulator.close()
 
 
-def _make() -> AlibabaHarness:
+def _make(faults: FaultPlan | None = None) -> AlibabaHarness:
     if _MISSING:
         missing(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): "
                     "pip install '.[alibaba]' (from the checkout)")
-    return AlibabaHarness()
+    if faults is None:
+        return AlibabaHarness()
+    # Under faults the release backstop is on too: a retried launch must send the same AutoReleaseTime.
+    return AlibabaHarness(emulator={"faults": faults}, auto_release_hours=24)
 
 
-HARNESSES: dict[str, Callable[[], AlibabaHarness]] = {"alibaba": _make}
+HARNESSES: dict[str, Callable[..., AlibabaHarness]] = {"alibaba": _make}

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from providers.base import Instance, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
@@ -128,14 +129,23 @@ class TencentHarness:
     def provider_with_wrong_secret(self) -> Provider | None:
         return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.emulator.faults.drawn)
+
     def close(self) -> None:
         self.emulator.close()
 
 
-def _tencent() -> TencentHarness:
+def _tencent(faults: FaultPlan | None = None) -> TencentHarness:
     if _SDK_MISSING is not None:
         missing(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install '.[tencent]' (from the checkout)")
-    return TencentHarness()
+    if faults is None:
+        return TencentHarness()
+    # Under faults the ActionTimer backstop is on too: a retried launch must send the same ActionTime.
+    return TencentHarness(emulator={"faults": faults}, max_lifetime_hours=24)
 
 
-HARNESSES: dict[str, Callable[[], TencentHarness]] = {"tencent": _tencent}
+HARNESSES: dict[str, Callable[..., TencentHarness]] = {"tencent": _tencent}
