@@ -68,6 +68,7 @@ import hmac
 import json
 import re
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -905,6 +906,13 @@ class _Server(ThreadingHTTPServer):
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
+        # emulator fault: say nothing. Anything else is printed as the stdlib does.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, open_: bool) -> None:
         with self._open_lock:

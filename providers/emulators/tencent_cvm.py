@@ -59,6 +59,7 @@ import random
 import re
 import socket
 import string
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -262,7 +263,7 @@ class TencentCvmEmulator:
             )
             for action in self._actions
         }
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._server = _Server(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="tencent-cvm-emulator", daemon=True
@@ -755,7 +756,8 @@ class TencentCvmEmulator:
             "CreatedTime": machine.launched_at.astimezone(timezone.utc).strftime(_TIME_FORMAT),
             "ExpiredTime": None,
             "Tags": [{"Key": k, "Value": v} for k, v in machine.tags.items()],
-            "StopChargingMode": "STOP_CHARGING" if state == "STOPPED" and extra.stop_charging else "NOT_APPLICABLE",
+            "StopChargingMode": ("NOT_APPLICABLE" if state != "STOPPED"
+                                 else "STOP_CHARGING" if extra.stop_charging else "KEEP_CHARGING"),
             "LatestOperation": extra.latest_operation,
             "LatestOperationState": "SUCCESS",
             "LatestOperationRequestId": extra.latest_request_id,
@@ -919,6 +921,15 @@ def _vendor_error(exc: ProviderError, action: str, capacity: Capacity | None) ->
 
 
 # --- HTTP ----------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
+        # emulator fault: say nothing. Anything else is printed as the stdlib does.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler_for(emulator: TencentCvmEmulator) -> type[BaseHTTPRequestHandler]:

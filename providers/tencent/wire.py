@@ -159,6 +159,8 @@ def to_instance(region: str, raw: Mapping[str, Any]) -> Instance:
         launched_at=_parse_time(raw.get("CreatedTime")),
         preempted=preempted,
         preempt_reason=PREEMPT_REASON if preempted else None,
+        # Stopped in the default mode: CVM bills its compute on.
+        stop_keeps_billing=state_text == "STOPPED" and raw.get("StopChargingMode") == "KEEP_CHARGING",
     )
 
 

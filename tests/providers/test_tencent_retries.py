@@ -101,6 +101,20 @@ def test_the_recycle_bin_keeps_a_terminated_instance_until_a_second_terminate(h:
         h.provider.stop(ref)
 
 
+@pytest.mark.parametrize(("mode", "keeps_billing"), [("STOP_CHARGING", False), ("KEEP_CHARGING", True)])
+def test_a_stopped_instance_says_whether_it_still_bills(h: TencentHarness, mode: str, keeps_billing: bool) -> None:
+    from tests.providers.test_tencent import raw_client
+
+    ref = h.provider.launch(req(h, h.offer(), Capacity.on_demand, "stopped")).ref
+    h.advance(600)
+    raw_client(h).call_json("StopInstances", {"InstanceIds": [ref.instance_id], "StoppedMode": mode})
+    h.advance(600)
+
+    (seen,) = h.provider.instances({TAG_MANAGED: "contract"})
+
+    assert (seen.state, seen.stop_keeps_billing) == (S.stopped, keeps_billing)
+
+
 # --- errors behind a Content-Type with a charset ------------------------------------------------
 
 
