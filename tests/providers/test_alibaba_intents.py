@@ -80,3 +80,26 @@ def test_a_launch_whose_answer_was_lost_before_the_hour_turned_makes_one_machine
     assert job["state"] in ("provisioning", "running"), job
     assert len({c.params["AutoReleaseTime"] for c in runs}) == 1
     assert len({c.params["ClientToken"] for c in runs}) == 1 and len(runs) == 6  # 5 in tick 1, 1 re-issued
+
+
+def test_a_launch_refused_for_an_unpaid_account_is_given_up_not_retried(tmp_path) -> None:
+    from tests.providers.emulated_daemon import EmulatedDaemon
+
+    world = EmulatedDaemon("alibaba", tmp_path, START, agents=False)
+    try:
+        job_id = world.submit()
+        world.emulator.script_error("RunInstances", "InsufficientBalance", status=403,
+                                    message="Your account does not have enough balance.", times=50)
+        world.step()
+        runs = world.emulator.calls_of("RunInstances")
+        job = world.job(job_id)
+    finally:
+        world.close()
+
+    # Refused, nothing made: no retry of the same call, the offer given up, the job planned again.
+    assert runs and len(runs) == len({c.params["ClientToken"] for c in runs})
+    assert world.sandbox.all_instances() == []
+    assert job["state"] in ("queued", "planned")
+    assert all(a["state"] == "launch_failed" for a in job["attempts"])
+    assert "BillingStopped" in (job.get("reason") or "") or any(
+        "BillingStopped" in (a.get("reason") or "") for a in job["attempts"]), job
