@@ -73,7 +73,11 @@ class IllegalTransition(GpuschedError):
 
 
 class ProviderError(GpuschedError):
-    """Root of cloud errors. ``retryable`` says whether our own retry loop may try again."""
+    """Root of cloud errors. ``retryable`` says whether our own retry loop may try again.
+
+    ``retry_after`` is the wait in seconds the cloud asked for (an HTTP ``Retry-After``), when it
+    named one; ``providers.retry.call_with_retry`` waits at least that long before the next try.
+    """
 
     retryable = False
 
@@ -85,11 +89,13 @@ class ProviderError(GpuschedError):
         code: str = "",
         request_id: str = "",
         fix: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, fix=fix)
         self.provider = provider
         self.code = code
         self.request_id = request_id
+        self.retry_after = retry_after
 
     def log_fields(self) -> dict[str, str]:
         return {
@@ -131,6 +137,19 @@ class ProviderUnavailable(ProviderError):
     """The cloud API is down or unreachable; transient."""
 
     retryable = True
+
+
+class ResourceBusy(ProviderError):
+    """Another operation on the same resource (or the same client token) is still running at the
+    cloud: Alibaba ``OperationConflict`` / ``LastTokenProcessing``, Tencent ``MutexOperation.TaskRunning``.
+    Nothing was refused for good; the same call succeeds once that operation ends."""
+
+    retryable = True
+
+
+class BillingStopped(ProviderError):
+    """The cloud will not bill this account any more: its balance is used up or a payment is overdue.
+    Nothing launches there until someone pays; not a quota (raising one would not help)."""
 
 
 def install_hint(extra: str) -> str:

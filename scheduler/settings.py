@@ -300,12 +300,16 @@ def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None =
         __config__=None,
         **fields,
     )
-    reader.model_config = SettingsConfigDict(env_prefix=prefix, env_file=env_file, extra="ignore")
+    # A blank variable (``GPUSCHED_TENCENT_SYSTEM_DISK_GB=`` as .env.example lists them) means "not set".
+    reader.model_config = SettingsConfigDict(env_prefix=prefix, env_file=env_file, extra="ignore",
+                                             env_ignore_empty=True)
     try:
         values = reader(**overrides).model_dump(exclude_unset=False)
         return config_cls.model_validate(values)
     except ValidationError as exc:
-        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        # An error of several fields together (a model check) has no field: it names its settings itself.
+        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" if e["loc"]
+                 else e["msg"].removeprefix("Value error, ") for e in exc.errors()]
         raise SettingsError(f"invalid {cloud} settings: " + "; ".join(lines),
                             fix=f"set the {prefix}* variables (see .env.example)") from None
     except PydanticSettingsError as exc:

@@ -34,6 +34,7 @@ from providers.base import (
     TAG_JOB,
     TAG_MANAGED,
     TAG_TEAM,
+    BillingStopped,
     InstanceRef,
     InstanceRequest,
     InstanceState,
@@ -453,6 +454,10 @@ def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
     return None
 
 
+# The cloud said no and created nothing: give the offer up for a while and plan again.
+_REFUSED = (NoCapacity, QuotaExceeded, BillingStopped, InvalidRequest)
+
+
 def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) -> Outcome:
     """Call the cloud for a committed intent; record the outcome."""
     with ctx.store.session() as s:
@@ -477,13 +482,14 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
             },
             name=f"gpusched-{job.name}-a{attempt.number}{f'-n{node}' if node else ''}"[:63],
             user_data=_user_data(ctx, row, attempt, offer),
+            # The intent's own time, stored with its token: a re-issued launch sends what the first did.
+            requested_at=utc(row.created_at),
         )
     provider = ctx.providers[row.provider]
     try:
         launched = cloud_call(ctx, now, report, lambda: provider.launch(request), event="launch_uncertain",
-                              label=f"launch {row_id}", refused=(NoCapacity, QuotaExceeded, InvalidRequest),
-                              instance=row_id)
-    except (NoCapacity, QuotaExceeded, InvalidRequest) as exc:
+                              label=f"launch {row_id}", refused=_REFUSED, instance=row_id)
+    except _REFUSED as exc:
         # The cloud refused: nothing was created. Avoid this offer for a while; plan again.
         ctx.offers.avoid(offer, request.capacity, now)
         report.launch_failures += 1

@@ -209,7 +209,9 @@ def _attach_emulators(settings: Settings, clock: SimClock, providers: dict, clou
             preempt[name] = cloud.preempt
         else:
             emu = TencentCvmEmulator(cloud, clock, {key: secret}, seed=settings.sandbox_seed)
-            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo"}
+            # The account's currency is never guessed: the sandbox's prices are the catalog's.
+            currency = next(o.on_demand.per_hour.currency for o in cloud.offers() if o.on_demand is not None)
+            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo", "currency": currency}
             preempt[name] = lambda cid, at=None, emu=emu: emu.preempt(cid)
         overrides[name].update(endpoint=emu.endpoint, protocol="http", regions=regions)
         emulators.append(emu)
