@@ -1,11 +1,12 @@
 """Run the Alibaba ECS and Tencent CVM emulators as a process, for a daemon to point at.
 
-    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 [--speedup 60]
+    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 [--speedup 60 [--clock-start T]]
 
 It prints the settings that point a daemon (backend=live) at them. The market behind
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
 daemon started with the same GPUSCHED_SANDBOX_SPEEDUP sees boots and jobs at the
-same pace. Ctrl-C stops it.
+same pace; give it and the daemons the same ``--clock-start`` / GPUSCHED_SANDBOX_CLOCK_START (an ISO
+time with its offset) and they read the same time too. Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from datetime import datetime
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
@@ -29,8 +31,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tencent-port", type=int, default=9302)
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--clock-start", type=datetime.fromisoformat, default=None,
+                    help="with --speedup: the real moment (ISO, with offset) the sped-up clock runs from")
     args = ap.parse_args(argv)
-    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup)
+    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup, since=args.clock_start)
     catalog = load_catalog()
     ali = AlibabaEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["alibaba"]), seed=args.seed),
                              {KEY_ID: SECRET}, port=args.alibaba_port)
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     print("GPUSCHED_PROVIDERS=alibaba,tencent")
     print("GPUSCHED_SIM_AGENTS=true")
     print(f"GPUSCHED_SANDBOX_SPEEDUP={args.speedup:g}")
+    if args.clock_start is not None:
+        print(f"GPUSCHED_SANDBOX_CLOCK_START={args.clock_start.isoformat()}")
     print(f"GPUSCHED_ALIBABA_ENDPOINT={ali.endpoint}")
     print("GPUSCHED_ALIBABA_PROTOCOL=http")
     print(f"GPUSCHED_ALIBABA_ACCESS_KEY_ID={KEY_ID}")
