@@ -54,7 +54,9 @@ REPO = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("GPUSCHED_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")  # as conftest
 TOKEN = "failover-test-token-0123456789"
 SPEEDUP = 600  # a sandbox hour in six real seconds
-LEASE_S, RENEW_S = 3.0, 1.0
+# Short, to keep the suite quick; GPUSCHED_TEST_LEASE_S / _RENEW_S measure the hand-over at other settings.
+LEASE_S = float(os.environ.get("GPUSCHED_TEST_LEASE_S", "3"))
+RENEW_S = float(os.environ.get("GPUSCHED_TEST_RENEW_S", str(LEASE_S / 3)))
 TICK_S = 0.3
 # Scheduling slack on top of lease + renew: APScheduler's wake-up, a busy CPU, the database round trip.
 SLACK_S = 1.5
