@@ -72,6 +72,20 @@ class IllegalTransition(GpuschedError):
     """A state machine was asked for a move it does not allow: a bug, never user input."""
 
 
+class LeadershipLost(BaseException):
+    """This daemon found, inside a transaction of its tick, that it no longer holds the leader lease
+    (another daemon took it, or it expired while this one was paused or cut off from the database).
+
+    A BaseException on purpose, like a simulated crash: the tick sets one bad job aside with
+    ``except Exception`` and goes on, but a deposed leader must stop at once, writing nothing more.
+    ``lifecycle.tick`` catches it at the top and reports the tick as not led.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class ProviderError(GpuschedError):
     """Root of cloud errors. ``retryable`` says whether our own retry loop may try again.
 

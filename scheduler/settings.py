@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -73,6 +74,11 @@ class Settings(BaseSettings):
     # A running machine whose agent has been silent this long (or, after boot, never said hello) is
     # taken as lost: its job is requeued like a preemption and the machine terminated. 0: never.
     agent_silence_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
+    # Several daemons on one database (PostgreSQL): the leader lease (scheduler/lifecycle/leadership.py). The
+    # leader holds it for leader_lease_s and renews it every leader_renew_s (empty: a third of the lease); a
+    # dead leader is replaced at most lease + renew seconds after its last renewal.
+    leader_lease_s: float = Field(default=30.0, ge=1, le=3600, allow_inf_nan=False)
+    leader_renew_s: float | None = Field(default=None, gt=0, le=1200, allow_inf_nan=False)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
     # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_* / GPUSCHED_HUAWEI_*
@@ -128,6 +134,10 @@ class Settings(BaseSettings):
     sandbox_seed: int = 7
     # >1 runs the sandbox daemon faster than real time
     sandbox_speedup: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP, allow_inf_nan=False)
+    # With a speedup: the real moment (ISO, with its offset) from which the sped-up clock runs, reading that
+    # moment itself then. Processes given the same one (daemons and emulators of one sandbox) agree on the
+    # time; empty: each process's own start.
+    sandbox_clock_start: datetime | None = None
 
     # --- logging
     log_format: Literal["json", "console"] = "console"
@@ -148,6 +158,32 @@ class Settings(BaseSettings):
             raise ValueError("is empty; choose one: live (your cloud accounts: real machines, real bills) or "
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
         return v
+
+    @field_validator("leader_renew_s", "sandbox_clock_start", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("sandbox_clock_start")
+    @classmethod
+    def _aware(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError("needs a UTC offset, e.g. 2026-11-20T08:00:00+00:00")
+        return v
+
+    @field_validator("leader_renew_s")
+    @classmethod
+    def _renew_within_lease(cls, v: float | None, info: ValidationInfo) -> float | None:
+        lease = info.data.get("leader_lease_s")
+        if v is not None and lease is not None and v >= lease:
+            raise ValueError(f"{v:g} must be less than GPUSCHED_LEADER_LEASE_S ({lease:g}), or the lease lapses "
+                             "between renewals")
+        return v
+
+    @property
+    def leader_renew_seconds(self) -> float:
+        """How often the leader renews the lease (and a follower tries to take it)."""
+        return self.leader_renew_s if self.leader_renew_s is not None else self.leader_lease_s / 3
 
     @field_validator("smtp_url", "dingtalk_secret", mode="before")
     @classmethod

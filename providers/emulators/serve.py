@@ -1,13 +1,15 @@
 """Run the Alibaba ECS, Tencent CVM and Huawei ECS emulators as a process, for a daemon to point at.
 
-    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 --huawei-port 9303 [--speedup 60]
+    python -m providers.emulators.serve --alibaba-port 9301 --tencent-port 9302 --huawei-port 9303
+        [--speedup 60 [--clock-start T]]
         [--fault-rate 0.1 --fault-seed 7 --fault-kinds throttle,5xx,timeout,lost --fault-actions RunInstances]
 
 It prints the settings that point a daemon (backend=live) at them. The market behind
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
 daemon started with the same GPUSCHED_SANDBOX_SPEEDUP sees boots and jobs at the
-same pace. ``--fault-rate`` makes both emulators fail that share of calls at random
-(seeded; see providers/emulators/faults.py); each flag also reads its environment
+same pace; give it and the daemons the same ``--clock-start`` / GPUSCHED_SANDBOX_CLOCK_START (an ISO
+time with its offset) and they read the same time too. ``--fault-rate`` makes both emulators fail that
+share of calls at random (seeded; see providers/emulators/faults.py); each flag also reads its environment
 variable (GPUSCHED_EMULATOR_FAULT_RATE, _SEED, _KINDS, _ACTIONS). Ctrl-C stops it.
 """
 
@@ -18,6 +20,7 @@ import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
@@ -50,6 +53,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
     ap.add_argument("--huawei-port", type=int, default=9303)
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--clock-start", type=datetime.fromisoformat, default=None,
+                    help="with --speedup: the real moment (ISO, with offset) the sped-up clock runs from")
     # String defaults go through ``type`` as typed flags do: a bad variable is refused the same way.
     ap.add_argument("--fault-rate", type=_rate, default=env.get(f"{ENV_PREFIX}RATE", "0"),
                     help="share of calls that fail at random, 0 to 1 (default 0: none)")
@@ -71,7 +76,7 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup)
+    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup, since=args.clock_start)
     catalog = load_catalog()
     ali = AlibabaEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["alibaba"]), seed=args.seed),
                              {KEY_ID: SECRET}, port=args.alibaba_port, faults=args.faults)
@@ -88,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     print("GPUSCHED_PROVIDERS=alibaba,tencent,huawei")
     print("GPUSCHED_SIM_AGENTS=true")
     print(f"GPUSCHED_SANDBOX_SPEEDUP={args.speedup:g}")
+    if args.clock_start is not None:
+        print(f"GPUSCHED_SANDBOX_CLOCK_START={args.clock_start.isoformat()}")
     print(f"GPUSCHED_ALIBABA_ENDPOINT={ali.endpoint}")
     print("GPUSCHED_ALIBABA_PROTOCOL=http")
     print(f"GPUSCHED_ALIBABA_ACCESS_KEY_ID={KEY_ID}")

@@ -45,7 +45,7 @@ from providers.base import (
 from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
 from scheduler.agent.package import WHEEL_FIX, boots_real_machines
-from scheduler.errors import SettingsError
+from scheduler.errors import LeadershipLost, SettingsError
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
 from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
@@ -107,12 +107,25 @@ def _request_token(row: InstanceRow) -> str:
 
 
 def tick(ctx: TickContext) -> TickReport:
+    """One round. On a store fenced by the leader lease (the daemon's), a round that finds this daemon
+    deposed stops where it is: the transaction that found it rolled back, and nothing after it runs."""
     now = ctx.clock.now()
     report = TickReport(at=now)
+    try:
+        _tick(ctx, now, report)
+    except LeadershipLost as lost:
+        report.led = False
+        log.warning("tick_abandoned", why=lost.message)
+    return report
+
+
+def _tick(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    # The advisory lock is a second fence beside the lease: while a tick's connection lives, no other
+    # daemon's tick runs, even one that took the lease from a leader paused mid-tick.
     with ctx.store.held_lock("gpusched-tick") as got:
         if not got:
             log.info("tick_skipped", why="another daemon holds the tick lock")
-            return report
+            return
         report.led = True
         screen_stored_specs(ctx, now, report)
         reconcile(ctx, now, report)
@@ -127,7 +140,6 @@ def tick(ctx: TickContext) -> TickReport:
         with ctx.store.session() as s:
             report.cost_records = ledger.account(s, now)
         ctx.last_tick_at = now
-    return report
 
 
 # --- jobs whose machine is freed: cancelled ---------------------------------------

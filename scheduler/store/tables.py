@@ -320,6 +320,8 @@ class AuditRow(Base):
     outcome: Mapped[str] = mapped_column(String(8))  # allowed | refused
     status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
 class JobLogRow(Base):
     """A piece of one attempt's output (the job's stdout and stderr as its agent shipped it): whole lines,
     ``start`` bytes (UTF-8) into the attempt's output. ``gpusched logs`` reads them; past
@@ -335,3 +337,33 @@ class JobLogRow(Base):
     size: Mapped[int] = mapped_column(Integer)  # bytes of ``text``, UTF-8
     text: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(UtcDateTime())  # when it last grew
+
+
+class LeaderLeaseRow(Base):
+    """Who leads: one row per lease name (the daemons' is ``tick``), taken and renewed by a compare-and-set
+    (``scheduler/store/lease.py``). ``term`` grows by one each time another holder takes it: the fence a
+    deposed leader's writes are checked against."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(160))  # host:pid:random of the daemon; '' before the first
+    term: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime())  # when this holder took it
+    renewed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ReportDeliveryRow(Base):
+    """The monthly report of a month, claimed by one daemon before it is sent, so replicas send it once
+    (``scheduler/accounting/report_once.py``). A claim left undelivered by a leader that lost its lease may
+    be taken by a later term."""
+
+    __tablename__ = "report_deliveries"
+
+    month: Mapped[str] = mapped_column(String(7), primary_key=True)  # YYYY-MM
+    holder: Mapped[str] = mapped_column(String(160))
+    term: Mapped[int] = mapped_column(Integer)
+    claimed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    outcome: Mapped[str] = mapped_column(Text, default="")  # the channels and what each did, in words

@@ -300,6 +300,9 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_API_TOKEN": "short"}, "GPUSCHED_API_TOKEN"),
     ({"GPUSCHED_API_TOKEN": ""}, "API token"),
     ({"GPUSCHED_REPORT_CRON": "every day"}, "GPUSCHED_REPORT_CRON"),
+    ({"GPUSCHED_LEADER_LEASE_S": "0"}, "GPUSCHED_LEADER_LEASE_S"),
+    ({"GPUSCHED_LEADER_RENEW_S": "30"}, "GPUSCHED_LEADER_RENEW_S"),  # not less than the default lease
+    ({"GPUSCHED_SANDBOX_CLOCK_START": "2026-11-20T08:00:00"}, "GPUSCHED_SANDBOX_CLOCK_START"),
 ])
 def test_daemon_with_a_setting_out_of_range(tmp_path: Path, env: dict[str, str], name: str) -> None:
     r = daemon(tmp_path, **env)
