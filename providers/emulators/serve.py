@@ -24,8 +24,8 @@ from datetime import datetime
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
-from providers.emulators.huawei_ecs import HuaweiEcsEmulator
 from providers.emulators.faults import FaultPlan
+from providers.emulators.huawei_ecs import HuaweiEcsEmulator
 from providers.emulators.tencent_cvm import TencentCvmEmulator
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import ScaledClock, SystemClock
