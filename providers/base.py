@@ -20,19 +20,21 @@ from pydantic import Field
 
 from scheduler.errors import (  # re-exported: adapters import errors from here
     AuthFailed,
+    BillingStopped,
     InvalidRequest,
     NoCapacity,
     NotFound,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
+    ResourceBusy,
     Throttled,
 )
 from scheduler.models import Capacity, Frozen, Offer
 
 __all__ = [
-    "AuthFailed", "InvalidRequest", "NoCapacity", "NotFound", "ProviderError",
-    "ProviderUnavailable", "QuotaExceeded", "Throttled",
+    "AuthFailed", "BillingStopped", "InvalidRequest", "NoCapacity", "NotFound", "ProviderError",
+    "ProviderUnavailable", "QuotaExceeded", "ResourceBusy", "Throttled",
     "Capability",
     "TAG_MANAGED", "TAG_JOB", "TAG_ATTEMPT", "TAG_TEAM", "TAG_INSTANCE",
     "InstanceState", "InstanceRequest", "Instance", "InstanceRef", "Provider",
@@ -93,6 +95,11 @@ class InstanceRequest(Frozen):
     name: str = ""
     # Spot only: refuse to pay more than this per hour (None = up to on-demand).
     max_price: str | None = None
+    # When the intent was written ahead (the store keeps it beside the client token). Every
+    # parameter that depends on time (a release backstop) is computed from it, so each retry of
+    # one intent sends the same parameters: a cloud refuses a reused token with different ones.
+    # None: the adapter's clock at the call (a one-off launch nobody retries).
+    requested_at: datetime | None = None
 
 
 class Instance(Frozen):
@@ -110,6 +117,9 @@ class Instance(Frozen):
     preempt_reason: str | None = None
     # When the cloud has announced a spot reclaim but not yet done it.
     interruption_notice_at: datetime | None = None
+    # True for a stopped (or stopping) instance whose compute the cloud still bills: the stop did
+    # not stop charging (Alibaba KeepCharging: types with local disks, or economical mode off).
+    stop_keeps_billing: bool = False
 
 
 @runtime_checkable
@@ -119,7 +129,7 @@ class Provider(Protocol):
     The contract of each member is in its docstring; ``tests/contract`` runs the
     same cases against every adapter. A cloud's failures arrive as
     ``ProviderError`` subclasses; the ``retryable`` ones (``Throttled``,
-    ``ProviderUnavailable``) may be retried with
+    ``ProviderUnavailable``, ``ResourceBusy``) may be retried with
     ``providers.retry.call_with_retry``, and only those.
     """
 
@@ -172,11 +182,13 @@ class Provider(Protocol):
         Raises ``NoCapacity`` (with ``provider`` set) when the cloud has no stock
         for the offer at that capacity, leaving no instance behind;
         ``InvalidRequest`` for a request this provider cannot carry out;
-        ``Throttled`` or ``ProviderUnavailable`` when the cloud is busy or its
-        answer was lost, in which case retrying the same request is safe. Other
-        refusals (``QuotaExceeded``, ``AuthFailed`` ...) arrive as the matching
-        ``ProviderError`` subclass (each adapter's own tests check its table of
-        the cloud's error codes).
+        ``Throttled``, ``ResourceBusy`` or ``ProviderUnavailable`` when the cloud
+        is busy or its answer was lost, in which case retrying the same request is
+        safe (time-derived parameters come from ``request.requested_at``, so a
+        retry an hour later still sends what the first call sent). Other
+        refusals (``QuotaExceeded``, ``BillingStopped``, ``AuthFailed`` ...) arrive
+        as the matching ``ProviderError`` subclass (docs/error-codes.md lists
+        every documented code of each cloud and its class).
         """
         ...
 
@@ -208,7 +220,11 @@ class Provider(Protocol):
         ``Capability.stop_charging``, a stopped instance's compute stops billing
         while its disk still bills: on AWS that is what a stop is, on Alibaba and
         Tencent the adapter asks for the stop-charging mode (their own tests
-        check that parameter; the contract suite cannot see a bill).
+        check that parameter; the contract suite cannot see a bill). Where the
+        cloud stops the instance but keeps billing it anyway (an Alibaba type with
+        local disks stops in KeepCharging mode without an error), the listing says
+        so with ``stop_keeps_billing``; the lifecycle then counts those hours and
+        terminates the machine instead of keeping it stopped.
 
         A spot instance on a provider without ``Capability.spot_stop`` raises
         ``InvalidRequest`` and is left as it was: not stopped, and never silently

@@ -8,13 +8,17 @@ lazily, so a missing SDK only matters for the clouds actually enabled.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
+
+from pydantic import SecretStr
 
 from providers.base import TAG_MANAGED, Provider, ProviderError
 from providers.bills import BillReader
 from providers.catalog import filter_offers, load_catalog
+from providers.redact import without_credentials
 from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import Clock
-from scheduler.errors import UserError, install_hint
+from scheduler.errors import GpuschedError, UserError, install_hint
 from scheduler.settings import Settings, load_cloud_config
 
 # provider name -> (adapter module, config class). The module holds ``from_config`` and the
@@ -23,6 +27,7 @@ ADAPTERS = {
     "aws": ("providers.aws.adapter", "AwsConfig"),
     "alibaba": ("providers.alibaba.adapter", "AlibabaConfig"),
     "tencent": ("providers.tencent.adapter", "TencentConfig"),
+    "huawei": ("providers.huawei.adapter", "HuaweiConfig"),
 }
 
 
@@ -97,13 +102,43 @@ def build_providers(settings: Settings, clock: Clock) -> dict[str, Provider]:
     raise UserError(f"unknown backend {settings.backend!r}", fix="set GPUSCHED_BACKEND=sandbox or live")
 
 
-def check_provider(provider: Provider, cluster: str) -> tuple[bool, str]:
-    """List our instances once: proves credentials, permissions and reachability in one cheap call."""
+def is_simulated(provider: Provider) -> bool:
+    """The built-in sandbox cloud, not a real one (for what the CLI tells the user; code asks capabilities)."""
+    return isinstance(provider, SandboxProvider)
+
+
+def configured_credentials(settings: Settings) -> list[str]:
+    """Every credential the live clouds are configured with, key ids too (an AccessKeyId names the
+    account): what a caller keeps out of anything it prints. A cloud whose SDK or settings are missing
+    has none to give."""
+    if settings.backend != "live":
+        return []
+    values: list[str] = []
+    for name in settings.providers:
+        module_name, config_name = ADAPTERS[name]
+        try:
+            config = load_cloud_config(getattr(importlib.import_module(module_name), config_name), name)
+        except (ImportError, GpuschedError):
+            continue
+        for field, value in config:
+            if isinstance(value, SecretStr):
+                values.append(value.get_secret_value())
+            elif isinstance(value, str) and value and (field.endswith("key_id") or field.endswith("secret_id")):
+                values.append(value)
+    return values
+
+
+def check_provider(provider: Provider, cluster: str, hide: Iterable[str] = ()) -> tuple[bool, str]:
+    """List our instances once: proves credentials, permissions and reachability in one cheap call.
+    The detail never holds a credential: signed-URL parameters and every string of ``hide`` are masked."""
     try:
         instances = provider.instances({TAG_MANAGED: cluster})
     except ProviderError as exc:
         detail = f"{type(exc).__name__}: {exc.message}"
         if exc.code:
             detail += f" (code {exc.code}{', request ' + exc.request_id if exc.request_id else ''})"
-        return False, detail
-    return True, f"reachable; {len(instances)} instance(s) tagged {TAG_MANAGED}={cluster}"
+        return False, without_credentials(detail, hide)
+    found = f"{len(instances)} instance(s) tagged {TAG_MANAGED}={cluster}"
+    if is_simulated(provider):
+        return True, f"sandbox (simulated, no real cloud); {found}"
+    return True, without_credentials(f"reachable; {found}", hide)

@@ -54,14 +54,27 @@ class SimClock:
 
 
 class ScaledClock:
-    """Real time sped up ``factor`` times from ``start``: lets a sandbox daemon show hours in minutes."""
+    """Real time sped up ``factor`` times from ``start``: lets a sandbox daemon show hours in minutes.
 
-    def __init__(self, factor: float, start: datetime | None = None) -> None:
+    ``since`` instead: the clock read ``since`` at that real moment (past or present) and has run ``factor``
+    times faster from then; processes given the same ``since`` (two daemons and the emulators of one
+    sandbox) agree on the time, where each process's own start would put them apart.
+    """
+
+    def __init__(self, factor: float, start: datetime | None = None, *, since: datetime | None = None) -> None:
         if factor <= 0:
             raise ValueError("factor must be positive")
+        if start is not None and since is not None:
+            raise ValueError("give start or since, not both")
         self.factor = factor
         self._t0 = time.monotonic()
-        self._start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        if since is not None:
+            if since.tzinfo is None:
+                raise ValueError("since needs a timezone")
+            self._start = since.astimezone(timezone.utc)
+            self._t0 -= (datetime.now(timezone.utc) - self._start).total_seconds()
+        else:
+            self._start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self.factor)

@@ -72,8 +72,26 @@ class IllegalTransition(GpuschedError):
     """A state machine was asked for a move it does not allow: a bug, never user input."""
 
 
+class LeadershipLost(BaseException):
+    """This daemon found, inside a transaction of its tick, that it no longer holds the leader lease
+    (another daemon took it, or it expired while this one was paused or cut off from the database).
+
+    A BaseException on purpose, like a simulated crash: the tick sets one bad job aside with
+    ``except Exception`` and goes on, but a deposed leader must stop at once, writing nothing more.
+    ``lifecycle.tick`` catches it at the top and reports the tick as not led.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class ProviderError(GpuschedError):
-    """Root of cloud errors. ``retryable`` says whether our own retry loop may try again."""
+    """Root of cloud errors. ``retryable`` says whether our own retry loop may try again.
+
+    ``retry_after`` is the wait in seconds the cloud asked for (an HTTP ``Retry-After``), when it
+    named one; ``providers.retry.call_with_retry`` waits at least that long before the next try.
+    """
 
     retryable = False
 
@@ -85,11 +103,13 @@ class ProviderError(GpuschedError):
         code: str = "",
         request_id: str = "",
         fix: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, fix=fix)
         self.provider = provider
         self.code = code
         self.request_id = request_id
+        self.retry_after = retry_after
 
     def log_fields(self) -> dict[str, str]:
         return {
@@ -131,6 +151,19 @@ class ProviderUnavailable(ProviderError):
     """The cloud API is down or unreachable; transient."""
 
     retryable = True
+
+
+class ResourceBusy(ProviderError):
+    """Another operation on the same resource (or the same client token) is still running at the
+    cloud: Alibaba ``OperationConflict`` / ``LastTokenProcessing``, Tencent ``MutexOperation.TaskRunning``.
+    Nothing was refused for good; the same call succeeds once that operation ends."""
+
+    retryable = True
+
+
+class BillingStopped(ProviderError):
+    """The cloud will not bill this account any more: its balance is used up or a payment is overdue.
+    Nothing launches there until someone pays; not a quota (raising one would not help)."""
 
 
 def install_hint(extra: str) -> str:

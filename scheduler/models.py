@@ -22,7 +22,9 @@ from scheduler.money import Money
 from scheduler.times import utc
 
 MODELS = tuple(f"{f}-{s}" for f in ("yolov9", "gelan") for s in "tsmce")
-PROVIDERS = ("aws", "alibaba", "tencent", "sandbox")
+# The clouds gpusched has an adapter for (providers/<name>/): the one list job files and settings check against.
+CLOUDS = ("aws", "alibaba", "tencent", "huawei")
+PROVIDERS = (*CLOUDS, "sandbox")
 EXPORT_FORMATS = ("torchscript", "onnx", "openvino", "engine", "coreml", "saved_model", "pb", "tflite")
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*$")

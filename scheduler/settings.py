@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -23,6 +24,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
@@ -31,7 +33,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
-from scheduler.models import ReservedCapacity
+from scheduler.models import CLOUDS, ReservedCapacity
 from scheduler.money import FxRates, Money, parse_fx_rates
 
 _MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
@@ -92,22 +94,33 @@ class Settings(BaseSettings):
     # A running machine whose agent has been silent this long (or, after boot, never said hello) is
     # taken as lost: its job is requeued like a preemption and the machine terminated. 0: never.
     agent_silence_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
+    # Several daemons on one database (PostgreSQL): the leader lease (scheduler/lifecycle/leadership.py). The
+    # leader holds it for leader_lease_s and renews it every leader_renew_s (empty: a third of the lease); a
+    # dead leader is replaced at most lease + renew seconds after its last renewal.
+    leader_lease_s: float = Field(default=30.0, ge=1, le=3600, allow_inf_nan=False)
+    leader_renew_s: float | None = Field(default=None, gt=0, le=1200, allow_inf_nan=False)
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
-    # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_*
+    # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_* / GPUSCHED_HUAWEI_*
     # (their endpoints can point at the HTTP emulators in providers/emulators/).
     backend: Literal["sandbox", "live"] = "sandbox"
     # Simulate the on-instance agent (jobs "run" in the daemon): always on for the sandbox;
     # set it for a live backend pointed at emulators, whose instances run nothing.
     sim_agents: bool = False
-    providers: Annotated[list[Literal["aws", "alibaba", "tencent"]], NoDecode] = ["aws", "alibaba", "tencent"]
+    providers: Annotated[list[Literal[CLOUDS]], NoDecode] = ["aws", "alibaba", "tencent"]  # type: ignore[valid-type]
     # then a stopped machine is terminated
     stopped_retention_hours: float = Field(default=24.0, ge=0, le=YEAR_H, allow_inf_nan=False)
     reserved: list[ReservedCapacity] = []
 
+    # The jobs' output kept per attempt for `gpusched logs` (bytes); past it the oldest lines are dropped.
+    job_log_bytes: int = Field(default=1 << 20, ge=4096, le=64 << 20)
+
     # --- money and reports
     # Monthly budget per team, JSON: {"vision-qa": "5000 CNY"}. A job that would break it waits.
     team_budgets: dict[str, Money] = {}
+    # Monthly budget per project (job.yaml's project:), JSON: {"safety-helmet": "3000 CNY"}. Reported and
+    # alerted as team budgets are (50/80/100%); not enforced: a project's jobs do not wait for it.
+    project_budgets: dict[str, Money] = {}
     report_currency: Literal["CNY", "USD"] = "CNY"
     fx_usd_cny: Decimal = Field(default=Decimal("7.2"), gt=0, le=1000, allow_inf_nan=False)
     # Dated rates, JSON {"2026-10": "7.12", "2026-11": "7.18"}: a month's report (and each month of its
@@ -137,6 +150,8 @@ class Settings(BaseSettings):
     # Chat webhooks, service=URL comma-separated: slack=https://hooks.slack.com/services/...,dingtalk=...,
     # wecom=..., feishu=... Their URLs carry the token, so they are secrets too.
     webhooks: Annotated[dict[str, SecretStr], NoDecode] = {}
+    # A DingTalk robot with the "sign" security setting: its secret (SEC...); posts to it are then signed.
+    dingtalk_secret: SecretStr | None = None
     # A team is alerted (once per threshold per month) when its month's billed spend crosses these shares of
     # its GPUSCHED_TEAM_BUDGETS budget.
     budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
@@ -151,6 +166,10 @@ class Settings(BaseSettings):
     sandbox_seed: int = 7
     # >1 runs the sandbox daemon faster than real time
     sandbox_speedup: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP, allow_inf_nan=False)
+    # With a speedup: the real moment (ISO, with its offset) from which the sped-up clock runs, reading that
+    # moment itself then. Processes given the same one (daemons and emulators of one sandbox) agree on the
+    # time; empty: each process's own start.
+    sandbox_clock_start: datetime | None = None
 
     # --- logging
     log_format: Literal["json", "console"] = "console"
@@ -172,7 +191,33 @@ class Settings(BaseSettings):
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
         return v
 
-    @field_validator("smtp_url", mode="before")
+    @field_validator("leader_renew_s", "sandbox_clock_start", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("sandbox_clock_start")
+    @classmethod
+    def _aware(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError("needs a UTC offset, e.g. 2026-11-20T08:00:00+00:00")
+        return v
+
+    @field_validator("leader_renew_s")
+    @classmethod
+    def _renew_within_lease(cls, v: float | None, info: ValidationInfo) -> float | None:
+        lease = info.data.get("leader_lease_s")
+        if v is not None and lease is not None and v >= lease:
+            raise ValueError(f"{v:g} must be less than GPUSCHED_LEADER_LEASE_S ({lease:g}), or the lease lapses "
+                             "between renewals")
+        return v
+
+    @property
+    def leader_renew_seconds(self) -> float:
+        """How often the leader renews the lease (and a follower tries to take it)."""
+        return self.leader_renew_s if self.leader_renew_s is not None else self.leader_lease_s / 3
+
+    @field_validator("smtp_url", "dingtalk_secret", mode="before")
     @classmethod
     def _no_empty_url(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
@@ -230,7 +275,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"threshold {pct} must be a percentage between 1 and 1000")
         return sorted(set(v))
 
-    @field_validator("team_budgets", mode="before")
+    @field_validator("team_budgets", "project_budgets", mode="before")
     @classmethod
     def _budgets(cls, v: object) -> object:
         if isinstance(v, str):
@@ -293,12 +338,13 @@ class Settings(BaseSettings):
                 seen.setdefault(month, (name, rate))
         return self
 
-    @field_validator("team_budgets")
+    @field_validator("team_budgets", "project_budgets")
     @classmethod
-    def _budgets_in_range(cls, v: dict[str, Money]) -> dict[str, Money]:
-        for team, money in v.items():
+    def _budgets_in_range(cls, v: dict[str, Money], info: ValidationInfo) -> dict[str, Money]:
+        whose = "team" if info.field_name == "team_budgets" else "project"
+        for name, money in v.items():
             if not (money.amount.is_finite() and 0 < money.amount <= MAX_TEAM_BUDGET):
-                raise ValueError(f"team {team!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
+                raise ValueError(f"{whose} {name!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
         return v
 
     @field_validator("reserved", mode="before")
@@ -384,12 +430,16 @@ def load_cloud_config(config_cls: type[C], cloud: str, *, env_file: str | None =
         __config__=None,
         **fields,
     )
-    reader.model_config = SettingsConfigDict(env_prefix=prefix, env_file=env_file, extra="ignore")
+    # A blank variable (``GPUSCHED_TENCENT_SYSTEM_DISK_GB=`` as .env.example lists them) means "not set".
+    reader.model_config = SettingsConfigDict(env_prefix=prefix, env_file=env_file, extra="ignore",
+                                             env_ignore_empty=True)
     try:
         values = reader(**overrides).model_dump(exclude_unset=False)
         return config_cls.model_validate(values)
     except ValidationError as exc:
-        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        # An error of several fields together (a model check) has no field: it names its settings itself.
+        lines = [f"{prefix}{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" if e["loc"]
+                 else e["msg"].removeprefix("Value error, ") for e in exc.errors()]
         raise SettingsError(f"invalid {cloud} settings: " + "; ".join(lines),
                             fix=f"set the {prefix}* variables (see .env.example)") from None
     except PydanticSettingsError as exc:

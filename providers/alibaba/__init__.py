@@ -21,10 +21,16 @@ Choices, and why:
   a duplicate launch (docs/gpus-and-clouds.md). The adapter does not retry either:
   each call is made once and its failure translated. The lifecycle wraps calls
   in ``providers.retry.call_with_retry``, which backs off on what says it is
-  retryable (Throttled, ProviderUnavailable); a second loop here would multiply
-  the waits and hide throttling from that back-off.
+  retryable (Throttled, ProviderUnavailable, ResourceBusy); a second loop here
+  would multiply the waits and hide throttling from that back-off.
+  ``OperationConflict`` and ``LastTokenProcessing`` (another operation holds the
+  instance or the token) are ``ResourceBusy``; a throttling answer's
+  ``Retry-After`` rides on the error for that back-off to honour.
 * Idempotency. Every RunInstances carries ``ClientToken = request.client_token``;
-  ECS answers a repeated token with the instance it first made.
+  ECS answers a repeated token with the instance it first made, and refuses it
+  (``IdempotentParameterMismatch``) when any parameter differs. So nothing in
+  the call depends on when it is made: ``AutoReleaseTime`` is counted from
+  ``request.requested_at``, the intent's time stored with its token.
 * Spot. ``SpotAsPriceGo``, or ``SpotWithPriceLimit`` when the request names a
   ``max_price`` (rounded down to the three decimals ECS takes, so the limit is
   never above what was asked). ``SpotDuration`` comes from the config, default
@@ -34,7 +40,9 @@ Choices, and why:
   ``SpotInterruptionBehavior=Terminate``: a reclaimed machine is released and
   the job moves on. Spot prices are asked with the same SpotDuration.
 * Stop. ``StoppedMode=StopCharging``: compute billing stops (the disk still
-  bills). ECS can stop spot instances that way too (``Capability.spot_stop``); starting
+  bills), except for types ECS cannot stop economically (local disks), which it
+  stops in KeepCharging mode without an error: the listing reports those as
+  ``stop_keeps_billing``. ECS can stop spot instances that way too (``Capability.spot_stop``); starting
   one again can fail for lack of stock, which reads as NoCapacity.
 * Released instances. ECS forgets an instance the moment it is released:
   DescribeInstances no longer lists it and there is no "terminated" status.
@@ -44,7 +52,8 @@ Choices, and why:
   them, for ``tombstone_seconds``. After a restart that memory is gone and the
   lifecycle's own rule for instances missing from the list takes over.
 * Prices. On-demand from DescribePrice (the instance-type line, PostPaid, per
-  hour), spot from DescribeSpotPriceHistory (latest point per zone), stock from
+  hour), spot from DescribeSpotPriceHistory (latest point per zone; every page is
+  read, the history being oldest first), stock from
   DescribeAvailableResource; a price the API will not give for a type falls
   back to the bundled catalog's, whose source says where it came from.
 * Reserved capacity launches as plain PostPaid: ECS applies reserved-instance

@@ -37,6 +37,7 @@ from providers.base import (
     ProviderUnavailable,
 )
 from providers.catalog import load_catalog
+from providers.retry import parse_retry_after
 from scheduler.clock import Clock
 from scheduler.models import Capacity, Offer, Price, Stock
 
@@ -204,11 +205,16 @@ class AlibabaProvider:
         request.set_accept_format("JSON")
         request.add_query_param("RegionId", region)
         try:
-            raw = self._client(region).do_action_with_exception(request)
+            # What do_action_with_exception does, keeping the answer's headers: a throttling
+            # answer's Retry-After is the wait the retry helper must honour.
+            _, headers, raw, failure = self._client(region)._implementation_of_do_action(request)
         except (ServerException, ClientException) as exc:
             raise translate_error(exc, action) from exc
         except OSError as exc:  # the SDK wraps network errors; this is the belt to its braces
             raise ProviderUnavailable(f"Alibaba Cloud {action} failed: {exc}", provider=NAME) from exc
+        if failure is not None:
+            retry_after = parse_retry_after((headers or {}).get("Retry-After"))
+            raise translate_error(failure, action, retry_after=retry_after) from failure
         try:
             body = json.loads(raw, parse_float=Decimal)
         except (TypeError, ValueError):

@@ -1,20 +1,22 @@
-"""The Alibaba SDK's exceptions as the project's ``ProviderError`` classes, ECS's code and request id kept."""
+"""The Alibaba SDK's exceptions as the project's ``ProviderError`` classes, ECS's code and request id kept.
+
+Which class each ECS code is lives in ``providers.alibaba.error_codes`` (every code the ECS reference
+names for the calls this adapter makes; docs/error-codes.md is written from it).
+"""
 
 from __future__ import annotations
 
 from aliyunsdkcore.acs_exception.exceptions import ClientException, ServerException
 
 from providers.alibaba.config import NAME
+from providers.alibaba.error_codes import classify
 from providers.base import (
     AuthFailed,
-    InvalidRequest,
-    NoCapacity,
-    NotFound,
+    BillingStopped,
     ProviderError,
-    ProviderUnavailable,
     QuotaExceeded,
-    Throttled,
 )
+from providers.redact import without_credentials
 
 __all__ = ["translate_error"]
 
@@ -23,48 +25,49 @@ _CREDENTIALS_FIX = (
     "policy allows ecs:RunInstances, DescribeInstances, StopInstances, StartInstances, DeleteInstances, "
     "DescribePrice, DescribeSpotPriceHistory and DescribeAvailableResource"
 )
+_FIXES: dict[str, str] = {
+    "InvalidUser.PassRoleForbidden": (
+        "the key may not pass GPUSCHED_ALIBABA_RAM_ROLE_NAME to an instance: grant it ram:PassRole on that role"
+    ),
+    "InvalidRamRole.NotFound": "GPUSCHED_ALIBABA_RAM_ROLE_NAME names no RAM role of this account",
+    "InvalidRamRole.NotEcsRole": (
+        "GPUSCHED_ALIBABA_RAM_ROLE_NAME must be a role ECS may assume (trusting ecs.aliyuncs.com)"
+    ),
+    "RealNameAuthenticationError": "complete the account's real-name verification in the Alibaba Cloud console",
+    "SDK.InvalidRegionId": "check GPUSCHED_ALIBABA_REGIONS (and GPUSCHED_ALIBABA_ENDPOINT)",
+    "SDK.EndpointResolvingError": "check GPUSCHED_ALIBABA_REGIONS (and GPUSCHED_ALIBABA_ENDPOINT)",
+    "InvalidRegionId.NotFound": "check GPUSCHED_ALIBABA_REGIONS (and GPUSCHED_ALIBABA_ENDPOINT)",
+}
+_CLASS_FIXES: dict[type[ProviderError], str] = {
+    AuthFailed: _CREDENTIALS_FIX,
+    QuotaExceeded: "raise the quota in Alibaba Cloud's Quota Center, or release unused instances",
+    BillingStopped: (
+        "top up the Alibaba Cloud account (or settle the overdue payment); nothing launches there until then"
+    ),
+}
 
 
-def _classify(code: str, status: int | None) -> tuple[type[ProviderError], str | None]:
-    if (
-        code in ("SignatureDoesNotMatch", "InvalidAccessKeySecret", "IncompleteSignature", "SDK.InvalidCredential")
-        or code.startswith(("InvalidAccessKeyId", "Forbidden", "InvalidSecurityToken", "NoPermission"))
-    ):
-        return AuthFailed, _CREDENTIALS_FIX
-    if code.endswith(".NoStock") or code in (
-        "InvalidResourceType.NotSupported", "Zone.NotOnSale",
-        "InvalidSpotPriceLimit.LowerThanPublicPrice", "OperationDenied.SpotPriceLowerThanPublicPrice",
-    ):
-        return NoCapacity, None
-    if code.startswith("QuotaExceed") or ".QuotaExceed" in code:
-        return QuotaExceeded, "raise the quota in Alibaba Cloud's Quota Center, or release unused instances"
-    if code in ("Account.Arrearage", "InvalidAccountStatus.NotEnoughBalance"):
-        return QuotaExceeded, "top up the Alibaba Cloud account"
-    if code.startswith("Throttling"):
-        return Throttled, None
-    if code in ("InvalidInstanceId.NotFound", "InvalidInstanceIds.NotFound"):
-        return NotFound, None
-    if code in ("SDK.HttpError", "SDK.ServerUnreachable", "ServiceUnavailable", "InternalError", "UnknownError") or (
-        status is not None and status >= 500
-    ):
-        return ProviderUnavailable, None
-    if code in ("SDK.InvalidRegionId", "SDK.EndpointResolvingError", "InvalidRegionId.NotFound"):
-        return InvalidRequest, "check GPUSCHED_ALIBABA_REGIONS (and GPUSCHED_ALIBABA_ENDPOINT)"
-    if code.startswith("InvalidTimeStamp"):
-        return InvalidRequest, "synchronise this machine's clock (NTP): requests are signed with its time"
-    return InvalidRequest, None
+def _fix(code: str, cls: type[ProviderError]) -> str | None:
+    if code in _FIXES:
+        return _FIXES[code]
+    if code.startswith("InvalidTimeStamp") or code == "IllegalTimestamp":
+        return "synchronise this machine's clock (NTP): requests are signed with its time"
+    return _CLASS_FIXES.get(cls)
 
 
-def translate_error(exc: ServerException | ClientException, action: str) -> ProviderError:
+def translate_error(exc: ServerException | ClientException, action: str, *,
+                    retry_after: float | None = None) -> ProviderError:
     """An SDK exception as the project's error, vendor code and request id kept."""
     if isinstance(exc, ServerException):
         code, message = exc.get_error_code() or "", exc.get_error_msg() or ""
         status, request_id = exc.get_http_status(), exc.get_request_id() or ""
     else:
         code, message, status, request_id = exc.get_error_code() or "", exc.get_error_msg() or "", None, ""
-    cls, fix = _classify(code, status)
+    message = without_credentials(message)  # an HTTP error quotes the signed URL: key id and signature
+    cls = classify(code, status)
     if cls is AuthFailed:
         text = f"Alibaba Cloud refused the credentials on {action}: {message} ({code})"
     else:
         text = f"Alibaba Cloud {action} failed: {message} ({code})"
-    return cls(text, provider=NAME, code=code, request_id=request_id, fix=fix)
+    return cls(text, provider=NAME, code=code, request_id=request_id, fix=_fix(code, cls),
+               retry_after=retry_after if cls.retryable else None)

@@ -32,6 +32,7 @@ __all__ = ["Call", "on_demand_price", "spot_prices", "stock"]
 
 Call = Callable[[RpcRequest], dict[str, Any]]
 
+_MAX_PAGES = 1000  # a day of hourly points per zone is a few pages; this only stops a runaway answer
 _STOCK = {"WithStock": Stock.available, "ClosedWithStock": Stock.low,
           "WithoutStock": Stock.sold_out, "ClosedWithoutStock": Stock.sold_out}
 
@@ -82,26 +83,41 @@ def on_demand_price(call: Call, instance_type: str, clock: Clock) -> Price | Non
 
 
 def spot_prices(call: Call, instance_type: str, spot_duration_hours: int, clock: Clock) -> dict[str, Price]:
-    """The latest spot price per zone over the last day; empty when ECS gives none."""
-    ask = DescribeSpotPriceHistoryRequest()
-    ask.set_NetworkType("vpc")
-    ask.set_InstanceType(instance_type)
-    ask.set_OSType("linux")
-    ask.set_SpotDuration(spot_duration_hours)
-    ask.set_StartTime((clock.now().astimezone(UTC) - timedelta(days=1)).strftime(TIMESTAMP))
-    try:
-        body = call(ask)
-    except (InvalidRequest, NotFound, NoCapacity):
-        return {}
-    currency = str(body.get("Currency") or "")
+    """The latest spot price per zone over the last day; empty when ECS gives none.
+
+    The history is paged (``Offset`` / ``NextOffset``, 0 on the last page) and oldest first, so the
+    newest prices are on the last page: every page is read.
+    """
+    start = (clock.now().astimezone(UTC) - timedelta(days=1)).strftime(TIMESTAMP)
+    currency = ""
     latest: dict[str, tuple[datetime, Decimal]] = {}
-    for point in items(body, "SpotPrices", "SpotPriceType"):
-        when = parse_time(str(point.get("Timestamp", "")))
-        if when is None or point.get("SpotPrice") is None:
-            continue
-        zone = str(point.get("ZoneId"))
-        if zone not in latest or when > latest[zone][0]:
-            latest[zone] = (when, Decimal(str(point["SpotPrice"])))
+    offset = 0
+    for _ in range(_MAX_PAGES):
+        ask = DescribeSpotPriceHistoryRequest()
+        ask.set_NetworkType("vpc")
+        ask.set_InstanceType(instance_type)
+        ask.set_OSType("linux")
+        ask.set_SpotDuration(spot_duration_hours)
+        ask.set_StartTime(start)
+        if offset:
+            ask.set_Offset(offset)
+        try:
+            body = call(ask)
+        except (InvalidRequest, NotFound, NoCapacity):
+            return {}
+        currency = str(body.get("Currency") or currency)
+        page = items(body, "SpotPrices", "SpotPriceType")
+        for point in page:
+            when = parse_time(str(point.get("Timestamp", "")))
+            if when is None or point.get("SpotPrice") is None:
+                continue
+            zone = str(point.get("ZoneId"))
+            if zone not in latest or when > latest[zone][0]:
+                latest[zone] = (when, Decimal(str(point["SpotPrice"])))
+        next_offset = _int(body.get("NextOffset"))
+        if not page or next_offset <= offset:
+            break  # the last page (NextOffset 0), or an answer that would not move on
+        offset = next_offset
     if not currency:
         return {}
     source = f"Alibaba Cloud DescribeSpotPriceHistory (SpotDuration={spot_duration_hours})"
@@ -109,3 +125,10 @@ def spot_prices(call: Call, instance_type: str, spot_duration_hours: int, clock:
         zone: Price(per_hour=Money(amount=amount, currency=currency), source=source, as_of=when.date())
         for zone, (when, amount) in latest.items()
     }
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

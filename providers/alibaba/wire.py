@@ -70,6 +70,8 @@ def to_instance(region: str, raw: Mapping[str, Any]) -> Instance:
     state = _STATES.get(str(raw.get("Status", "")), _S.pending)
     locks = {str(lock.get("LockReason", "")) for lock in items(raw, "OperationLocks", "LockReason")}
     preempted = "Recycling" in locks
+    # A stop ECS could not make economical (local disks, or the account's default) bills on.
+    keeps_billing = state is _S.stopped and raw.get("StoppedMode") == "KeepCharging"
     return Instance(
         ref=InstanceRef(provider=NAME, region=str(raw.get("RegionId") or region),
                         instance_id=str(raw["InstanceId"])),
@@ -81,11 +83,16 @@ def to_instance(region: str, raw: Mapping[str, Any]) -> Instance:
         launched_at=parse_time(str(raw.get("CreationTime", ""))),
         preempted=preempted,
         preempt_reason=PREEMPT_REASON if preempted else None,
+        stop_keeps_billing=keeps_billing,
     )
 
 
 def run_instances_request(request: InstanceRequest, config: AlibabaConfig, now: datetime) -> RunInstancesRequest:
-    """The RunInstances call for ``request``: one PostPaid instance, tagged at creation, idempotent."""
+    """The RunInstances call for ``request``: one PostPaid instance, tagged at creation, idempotent.
+
+    Time-derived parameters come from ``request.requested_at`` (the intent's time, stored with its
+    client token) when it is given, else from ``now``: every retry of one intent sends the same.
+    """
     offer = request.offer
     run = RunInstancesRequest()
     run.set_ClientToken(request.client_token)
@@ -105,7 +112,7 @@ def run_instances_request(request: InstanceRequest, config: AlibabaConfig, now: 
                 f"user data is {len(encoded)} bytes in base64; ECS takes at most {MAX_USER_DATA}", provider=NAME
             )
         run.set_UserData(encoded)
-    _set_placement(run, offer, config, now)
+    _set_placement(run, offer, config, request.requested_at or now)
     return run
 
 
@@ -138,7 +145,7 @@ def _set_capacity(run: RunInstancesRequest, request: InstanceRequest, config: Al
     run.set_SpotPriceLimit(str(limit))
 
 
-def _set_placement(run: RunInstancesRequest, offer: Offer, config: AlibabaConfig, now: datetime) -> None:
+def _set_placement(run: RunInstancesRequest, offer: Offer, config: AlibabaConfig, intent_at: datetime) -> None:
     if config.vswitch_ids:
         vswitch = config.vswitch_ids.get(offer.zone)
         if vswitch is None:
@@ -161,9 +168,10 @@ def _set_placement(run: RunInstancesRequest, offer: Offer, config: AlibabaConfig
         run.set_InternetChargeType("PayByTraffic")
         run.set_InternetMaxBandwidthOut(config.internet_max_bandwidth_out)
     if config.auto_release_hours is not None:
-        # Whole hours, so a retry of the same launch within the hour sends the same parameters
-        # (a different value under the same ClientToken would be IdempotentParameterMismatch).
-        hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        # Counted from the intent, never from the call: a retry in the next hour must send the same
+        # value (another under the same ClientToken is IdempotentParameterMismatch, and the next
+        # attempt a second machine). Whole hours past the intent's hour, at least the configured span.
+        hour = intent_at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         release = hour + timedelta(hours=config.auto_release_hours + 1)
         run.set_AutoReleaseTime(release.strftime(TIMESTAMP))
 

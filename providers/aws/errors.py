@@ -15,59 +15,17 @@ from botocore.exceptions import (
 from botocore.parsers import ResponseParserError
 
 from providers.aws.config import NAME
+from providers.aws.error_codes import classify
 from providers.base import (
     AuthFailed,
     InvalidRequest,
-    NoCapacity,
-    NotFound,
     ProviderError,
     ProviderUnavailable,
     QuotaExceeded,
-    Throttled,
 )
+from providers.retry import parse_retry_after
 
 __all__ = ["classify_error", "translate_error"]
-
-# AWS error codes -> ours. Codes win over HTTP status: AWS answers a capacity
-# shortage with a 500, which a status rule alone would call an outage.
-_CODE_CLASSES: dict[str, type[ProviderError]] = {
-    "InsufficientInstanceCapacity": NoCapacity,
-    "InsufficientCapacity": NoCapacity,
-    "InsufficientHostCapacity": NoCapacity,
-    "InsufficientReservedInstanceCapacity": NoCapacity,
-    "UnfulfillableCapacity": NoCapacity,
-    "SpotMaxPriceTooLow": NoCapacity,
-    # "The requested configuration is currently not supported": the type is not
-    # sold in that zone (for that market) right now; another offer may be.
-    "Unsupported": NoCapacity,
-    "MaxSpotInstanceCountExceeded": QuotaExceeded,
-    "VcpuLimitExceeded": QuotaExceeded,
-    "InstanceLimitExceeded": QuotaExceeded,
-    "RequestLimitExceeded": Throttled,
-    "Throttling": Throttled,
-    "ThrottlingException": Throttled,
-    "AuthFailure": AuthFailed,
-    "UnauthorizedOperation": AuthFailed,
-    "InvalidClientTokenId": AuthFailed,
-    "SignatureDoesNotMatch": AuthFailed,
-    "OptInRequired": AuthFailed,
-    "Blocked": AuthFailed,
-    "InvalidInstanceID.NotFound": NotFound,
-    "InvalidInstanceID.Malformed": NotFound,
-    "IdempotentParameterMismatch": InvalidRequest,
-    "UnsupportedOperation": InvalidRequest,
-    "IncorrectInstanceState": InvalidRequest,
-    "MissingParameter": InvalidRequest,
-    "InternalError": ProviderUnavailable,
-    "InternalFailure": ProviderUnavailable,
-    "ServiceUnavailable": ProviderUnavailable,
-    "Unavailable": ProviderUnavailable,
-}
-_PREFIX_CLASSES: tuple[tuple[str, type[ProviderError]], ...] = (
-    ("InvalidParameter", InvalidRequest),
-    ("AuthFailure", AuthFailed),
-    ("Insufficient", NoCapacity),
-)
 
 _FIXES: dict[type[ProviderError], str] = {
     AuthFailed: (
@@ -82,19 +40,8 @@ _FIXES: dict[type[ProviderError], str] = {
 
 
 def classify_error(code: str, status: int) -> type[ProviderError]:
-    """Our error class for an AWS error code (first) or HTTP status (when the code is unknown)."""
-    if code in _CODE_CLASSES:
-        return _CODE_CLASSES[code]
-    for prefix, cls in _PREFIX_CLASSES:
-        if code.startswith(prefix):
-            return cls
-    if status >= 500:
-        return ProviderUnavailable
-    if status in (401, 403):
-        return AuthFailed
-    if 400 <= status < 500:
-        return InvalidRequest
-    return ProviderError
+    """Our error class for an AWS error code (first: ``providers.aws.error_codes``) or HTTP status."""
+    return classify(code, status)
 
 
 def translate_error(exc: Exception, *, operation: str, region: str) -> ProviderError:
@@ -111,8 +58,10 @@ def translate_error(exc: Exception, *, operation: str, region: str) -> ProviderE
             message = f"{where} was refused: AWS did not accept the credentials or permissions ({code}: {detail})"
         else:
             message = f"{where} failed: {code or f'HTTP {status}'}: {detail}"
+        headers = {str(k).lower(): v for k, v in (meta.get("HTTPHeaders") or {}).items()}
+        retry_after = parse_retry_after(headers.get("retry-after")) if cls.retryable else None
         return cls(message, provider=NAME, code=code, request_id=str(meta.get("RequestId") or ""),
-                   fix=_FIXES.get(cls))
+                   fix=_FIXES.get(cls), retry_after=retry_after)
     code = type(exc).__name__
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return AuthFailed(f"{where}: no usable AWS credentials ({exc})", provider=NAME, code=code,

@@ -38,6 +38,7 @@ from urllib.parse import parse_qsl
 
 from providers.emulators.alibaba_rpc import (
     LISTEN_HOST,
+    RpcAnswer,
     RpcAuthenticator,
     RpcError,
     RpcServer,
@@ -126,7 +127,7 @@ class AlibabaBssEmulator:
 
     # --- one request ----------------------------------------------------------
 
-    def handle(self, method: str, path: str, query: str, body: bytes, content_type: str) -> tuple[int, bytes] | None:
+    def handle(self, method: str, path: str, query: str, body: bytes, content_type: str) -> RpcAnswer | None:
         params = dict(parse_qsl(query, keep_blank_values=True))
         if body and content_type.startswith("application/x-www-form-urlencoded"):
             params.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
@@ -148,10 +149,10 @@ class AlibabaBssEmulator:
                     raise self._scripted.pop(0)
                 data = self._query_instance_bill(params)
             except RpcError as exc:
-                return exc.status, rpc_json(rpc_error_body(exc, request_id, HOST_ID, "BssOpenApi"))
+                return RpcAnswer(exc.status, rpc_json(rpc_error_body(exc, request_id, HOST_ID, "BssOpenApi")))
             answer = {"Code": "Success", "Message": "Successful!", "RequestId": request_id, "Success": True,
                       "Data": data}
-            return 200, rpc_json(answer)
+            return RpcAnswer(200, rpc_json(answer))
 
     # --- QueryInstanceBill ------------------------------------------------------
 

@@ -38,6 +38,25 @@ Behaviours picked where they matter to an adapter:
 * A lost response (``SandboxCloud.lose_next_launch_response``, or a scripted
   ``ProviderUnavailable`` with code ``RequestTimeout``) drops the connection
   without an answer: the SDK sees ``SDK.HttpError``.
+* ClientToken. A token seen before answers with the instance it first made
+  when the parameters are the same, and ``IdempotentParameterMismatch`` (HTTP
+  400, nothing launched) when any parameter differs, as ECS does. The common
+  parameters (signature, nonce, timestamp) are not compared.
+* DescribeSpotPriceHistory answers one point per zone and hour of the window
+  (``StartTime``, default ``EndTime`` minus 3 hours, to ``EndTime``, default
+  now), oldest first, ``spot_history_page_size`` points a page: ``Offset``
+  asks for a page, ``NextOffset`` names the next one and is 0 on the last. The
+  newest prices are therefore on the last page. A price is the sandbox's of the
+  day unless ``script_spot_history`` set one for that hour.
+* Stop modes. ``StoppedMode=StopCharging`` stops billing compute, except for
+  the types in ``keep_charging_types`` (prefixes; by default the local-disk GPU
+  family gn5), which ECS stops in ``KeepCharging`` mode without an error, as its
+  documentation says for instances that do not support the economical mode; the
+  default mode is ``KeepCharging``. DescribeInstances reports ``StoppedMode``.
+* Faults. ``faults`` (a ``providers.emulators.faults.FaultPlan``) fails a seeded
+  share of calls: ``Throttling`` (HTTP 400) with ``Retry-After``,
+  ``ServiceUnavailable`` (HTTP 503), no answer, or no answer after acting. A
+  scripted ``Throttled`` that carries ``retry_after`` sends that header too.
 """
 
 from __future__ import annotations
@@ -50,7 +69,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, Self
 from urllib.parse import parse_qsl
@@ -68,6 +87,7 @@ from providers.base import (
 )
 from providers.emulators.alibaba_rpc import (
     LISTEN_HOST,
+    RpcAnswer,
     RpcAuthenticator,
     RpcError,
     RpcServer,
@@ -78,6 +98,7 @@ from providers.emulators.alibaba_rpc import (
     rpc_signature,
     string_to_sign,
 )
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
 from scheduler.clock import Clock
 from scheduler.models import Capacity, Offer, Stock
@@ -103,6 +124,15 @@ _SPOT_STRATEGIES = ("NoSpot", "SpotAsPriceGo", "SpotWithPriceLimit")
 _S = InstanceState
 _TAG_KEY = re.compile(r"^Tag\.(\d+)\.Key$")
 _INSTANCE_ID_N = re.compile(r"^InstanceId\.(\d+)$")
+# Parameters every request carries whatever it asks: not part of what a ClientToken pins.
+_COMMON_PARAMS = frozenset({
+    "AccessKeyId", "Signature", "SignatureMethod", "SignatureVersion", "SignatureNonce", "SignatureType",
+    "Timestamp", "Version", "Format", "Action",
+})
+# Types that cannot stop without charging: GPU families with local disks (ECS stops them in
+# KeepCharging mode, without an error, when StopCharging is asked).
+LOCAL_DISK_GPU_TYPES = ("ecs.gn5-",)
+SPOT_HISTORY_PAGE = 1000  # DescribeSpotPriceHistory points per page (the documented NextOffset example)
 
 # Sandbox codes -> (HTTP status, ECS code, ECS message). Messages as the ECS docs give them.
 _SANDBOX_CODES: dict[str, tuple[int, str, str]] = {
@@ -124,16 +154,17 @@ _SANDBOX_CODES: dict[str, tuple[int, str, str]] = {
     "UnsupportedOperation": (403, "OperationDenied", "The specified operation is denied."),
     "InvalidNextToken": (400, "InvalidParameter.NextToken", "The specified NextToken is invalid."),
 }
+_THROTTLING = (400, "Throttling", "Request was denied due to request throttling.")
+_SERVICE_UNAVAILABLE = (503, "ServiceUnavailable", "The request has failed due to a temporary failure of the server.")
 # Error class -> (HTTP status, ECS code, ECS message), for scripted faults without an ECS code of their own.
 _CLASS_CODES: tuple[tuple[type[ProviderError], tuple[int, str, str]], ...] = (
     (NoCapacity, _SANDBOX_CODES["NoStock"]),
     (QuotaExceeded, _SANDBOX_CODES["QuotaExceeded.GPU"]),
-    (Throttled, (400, "Throttling", "Request was denied due to request throttling.")),
+    (Throttled, _THROTTLING),
     (AuthFailed, (403, "Forbidden.RAM",
                   "User not authorized to operate on the specified resource, or this API doesn't support RAM.")),
     (NotFound, _SANDBOX_CODES["InvalidInstanceID.NotFound"]),
-    (ProviderUnavailable, (503, "ServiceUnavailable",
-                           "The request has failed due to a temporary failure of the server.")),
+    (ProviderUnavailable, _SERVICE_UNAVAILABLE),
     (InvalidRequest, (400, "InvalidParameter", "The specified parameter is invalid.")),
 )
 
@@ -144,6 +175,10 @@ EcsError = RpcError
 
 class _DropConnection(Exception):
     """Close the connection without an answer: a response lost on the way back."""
+
+
+# One HTTP answer (status, JSON body, any ``Retry-After``): the gateway's, shared with the BSS emulator.
+_Answer = RpcAnswer
 
 
 @dataclass(frozen=True)
@@ -194,15 +229,26 @@ class AlibabaEcsEmulator:
         wall_clock: Clock | None = None,
         max_skew_seconds: float = 900,
         port: int = 0,
+        faults: FaultPlan | None = None,
+        keep_charging_types: tuple[str, ...] = LOCAL_DISK_GPU_TYPES,
+        spot_history_page_size: int = SPOT_HISTORY_PAGE,
     ) -> None:
+        if spot_history_page_size < 1:
+            raise ValueError("spot_history_page_size must be at least 1")
         self.cloud = cloud
         self._auth = RpcAuthenticator(credentials, wall_clock=wall_clock, max_skew_seconds=max_skew_seconds)
         # Read once, before any test scripts faults into the cloud's offers().
         self._regions = frozenset(o.region for o in cloud.offers())
         self._lock = threading.Lock()
         self._launches: dict[str, _Launch] = {}
+        self._token_params: dict[str, dict[str, str]] = {}
         self._calls: list[Call] = []
         self._requests = 0
+        self.faults = (faults or FaultPlan()).dice()
+        self._keep_charging = tuple(keep_charging_types)
+        self._history_page = spot_history_page_size
+        self._history: dict[tuple[str, str], dict[datetime, Decimal]] = {}
+        self._scripted: dict[str, list[tuple[EcsError, float | None]]] = {}
         self._actions: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
             "RunInstances": self._run_instances,
             "DescribeInstances": self._describe_instances,
@@ -248,10 +294,28 @@ class AlibabaEcsEmulator:
     def calls_of(self, action: str) -> list[Call]:
         return [c for c in self.calls if c.action == action]
 
+    # --- scripting, for tests -------------------------------------------------
+
+    def script_error(self, action: str, code: str, *, status: int = 400, message: str = "scripted",
+                     times: int = 1, retry_after: float | None = None) -> None:
+        """The next ``times`` calls of ``action`` answer this exact ECS error after authentication, doing
+        nothing; ``retry_after`` adds a ``Retry-After`` header (throttling answers)."""
+        if action not in self._actions:
+            raise ValueError(f"unknown action {action!r}; the emulator speaks {', '.join(sorted(self._actions))}")
+        with self._lock:
+            self._scripted.setdefault(action, []).extend([(EcsError(status, code, message), retry_after)] * times)
+
+    def script_spot_history(self, instance_type: str, zone: str, points: Mapping[datetime, Decimal]) -> None:
+        """Spot prices DescribeSpotPriceHistory gives for these hours (UTC) instead of the sandbox's."""
+        with self._lock:
+            book = self._history.setdefault((instance_type, zone), {})
+            for when, price in points.items():
+                book[when.astimezone(UTC).replace(minute=0, second=0, microsecond=0)] = Decimal(price)
+
     # --- one request ----------------------------------------------------------
 
-    def handle(self, method: str, path: str, query: str, body: bytes, content_type: str) -> tuple[int, bytes] | None:
-        """Answer one HTTP request: (status, JSON body), or None to drop the connection."""
+    def handle(self, method: str, path: str, query: str, body: bytes, content_type: str) -> _Answer | None:
+        """Answer one HTTP request, or None to drop the connection without an answer."""
         params = dict(parse_qsl(query, keep_blank_values=True))
         if body and content_type.startswith("application/x-www-form-urlencoded"):
             params.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
@@ -259,6 +323,7 @@ class AlibabaEcsEmulator:
         with self._lock:
             self._requests += 1
             request_id = str(uuid.UUID(int=self._requests)).upper()
+            retry_after: float | None = None
             try:
                 if path != "/":
                     raise EcsError(404, "InvalidAction.NotFound",
@@ -270,20 +335,37 @@ class AlibabaEcsEmulator:
                                    "Specified api is not found, please check your url and method.")
                 if params.get("Version") != API_VERSION:
                     raise EcsError(400, "InvalidVersion", "Specified parameter Version is not valid.")
+                scripted = self._scripted.get(action)
+                if scripted:
+                    error, retry_after = scripted.pop(0)
+                    raise error
+                fault = self.faults.draw(action)
+                if fault == "throttle":
+                    retry_after = self.faults.plan.retry_after_seconds
+                    raise EcsError(*_THROTTLING)
+                if fault == "5xx":
+                    raise EcsError(*_SERVICE_UNAVAILABLE)
+                if fault == "timeout":
+                    raise _DropConnection()
                 try:
                     result = run(params)
                 except ProviderError as exc:
+                    if isinstance(exc, Throttled):
+                        retry_after = exc.retry_after
                     raise _vendor_error(exc) from None
+                if fault == "lost":
+                    raise _DropConnection()
             except _DropConnection:
                 self._calls.append(Call(method, action, params, 0, "RequestTimeout"))
                 return None
             except EcsError as exc:
                 answer = rpc_error_body(exc, request_id, HOST_ID, "Ecs")
                 self._calls.append(Call(method, action, params, exc.status, exc.code, answer))
-                return exc.status, rpc_json(answer)
+                headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+                return _Answer(exc.status, rpc_json(answer), headers)
             answer = {**result, "RequestId": request_id}
             self._calls.append(Call(method, action, params, 200, "", answer))
-            return 200, rpc_json(answer)
+            return _Answer(200, rpc_json(answer))
 
     # --- actions ------------------------------------------------------------------
 
@@ -310,19 +392,10 @@ class AlibabaEcsEmulator:
         token = p.get("ClientToken") or None
         if token is not None and (len(token) > 64 or not token.isascii()):
             raise EcsError(400, "InvalidClientToken.Malformed", "The specified ClientToken is not valid.")
-        created = self.cloud.launch(
-            region=region,
-            zone=zone,
-            instance_type=instance_type,
-            capacity=capacity,
-            client_token=token,
-            tags=dict(_tag_pairs(p)),
-            name=p.get("InstanceName", ""),
-            image=image,
-            user_data=_user_data(p),
-            max_price=limit,
-        )
-        self._launches.setdefault(created.instance_id, _Launch(
+        pinned = {k: v for k, v in p.items() if k not in _COMMON_PARAMS}
+        if token is not None and self._token_params.get(token, pinned) != pinned:
+            raise EcsError(*_SANDBOX_CODES["IdempotentParameterMismatch"])
+        launch = _Launch(
             spot_strategy=strategy,
             spot_price_limit=p.get("SpotPriceLimit", "") if strategy == "SpotWithPriceLimit" else "",
             spot_duration=duration if capacity is Capacity.spot else 0,
@@ -335,7 +408,31 @@ class AlibabaEcsEmulator:
             http_tokens=p.get("HttpTokens") or "optional",
             auto_release_time=p.get("AutoReleaseTime", ""),
             extra={k: v for k, v in p.items() if k.startswith(("SystemDisk.", "Internet"))},
-        ))
+        )
+        try:
+            created = self.cloud.launch(
+                region=region,
+                zone=zone,
+                instance_type=instance_type,
+                capacity=capacity,
+                client_token=token,
+                tags=dict(_tag_pairs(p)),
+                name=p.get("InstanceName", ""),
+                image=image,
+                user_data=_user_data(p),
+                max_price=limit,
+            )
+        except ProviderUnavailable as exc:
+            if exc.code != "RequestTimeout" or token is None:
+                raise
+            # Created at the cloud, answer lost: the record is kept so the retry finds it as it was asked.
+            lost = next(i for i in self.cloud.all_instances() if i.client_token == token)
+            self._launches.setdefault(lost.instance_id, launch)
+            self._token_params.setdefault(token, pinned)
+            raise _DropConnection() from None
+        self._launches.setdefault(created.instance_id, launch)
+        if token is not None:
+            self._token_params.setdefault(token, pinned)
         return {"InstanceIdSets": {"InstanceIdSet": [created.instance_id]}}
 
     def _describe_instances(self, p: dict[str, str]) -> dict[str, Any]:
@@ -386,7 +483,9 @@ class AlibabaEcsEmulator:
         before = {m.instance_id: self._status(m) for m in targets}
         for m in targets:
             self.cloud.stop(m.instance_id, region=region)
-            self._launch_of(m).stopped_mode = mode
+            # No error for a type that cannot stop without charging: ECS stops it in standard mode.
+            charging = mode == "KeepCharging" or m.instance_type.startswith(self._keep_charging)
+            self._launch_of(m).stopped_mode = "KeepCharging" if charging else "StopCharging"
         return self._batch_answer(p, region, before)
 
     def _start_instances(self, p: dict[str, str]) -> dict[str, Any]:
@@ -441,22 +540,40 @@ class AlibabaEcsEmulator:
         network = _required(p, "NetworkType")
         if network not in ("vpc", "classic"):
             raise EcsError(400, "InvalidNetworkType.ValueNotSupported", "The specified NetworkType is not valid.")
-        start = _optional_time(p, "StartTime")
+        end = _optional_time(p, "EndTime") or self.cloud.clock.now().astimezone(UTC)
+        start = _optional_time(p, "StartTime") or end - timedelta(hours=3)
+        if start > end or end - start > timedelta(days=30):
+            raise EcsError(400, "InvalidParams.StartTime", "The specified StartTime is not valid.")
+        offset = _integer(p, "Offset", 0)
+        if offset < 0:
+            raise EcsError(400, "InvalidParams.Offset", "The specified Offset is not valid.")
+        # One point per zone and whole hour of the window, oldest first: the newest are on the last page.
+        first_hour = start.replace(minute=0, second=0, microsecond=0)
+        if first_hour < start:
+            first_hour += timedelta(hours=1)
+        hours = []
+        when = first_hour
+        while when <= end:
+            hours.append(when)
+            when += timedelta(hours=1)
         points, currency = [], ""
-        for offer in self._offers(region, _required(p, "InstanceType"), p.get("ZoneId") or None):
-            if offer.spot is None:
-                continue
-            currency = offer.spot.per_hour.currency
-            stamp = datetime(offer.spot.as_of.year, offer.spot.as_of.month, offer.spot.as_of.day, tzinfo=UTC)
-            if start is not None and stamp < start:
-                stamp = start  # the price of the day was still in force when the window opened
-            points.append({
-                "ZoneId": offer.zone, "InstanceType": offer.instance_type, "IoOptimized": "optimized",
-                "NetworkType": network, "Timestamp": stamp.strftime(_TIMESTAMP),
-                "SpotPrice": offer.spot.per_hour.amount,
-                "OriginPrice": offer.on_demand.per_hour.amount if offer.on_demand else offer.spot.per_hour.amount,
-            })
-        return {"SpotPrices": {"SpotPriceType": points}, "Currency": currency or "CNY", "NextOffset": 0}
+        offers = [o for o in self._offers(region, _required(p, "InstanceType"), p.get("ZoneId") or None)
+                  if o.spot is not None]
+        for hour in hours:
+            for offer in offers:
+                assert offer.spot is not None
+                currency = offer.spot.per_hour.currency
+                price = self._history.get((offer.instance_type, offer.zone), {}).get(hour, offer.spot.per_hour.amount)
+                points.append({
+                    "ZoneId": offer.zone, "InstanceType": offer.instance_type, "IoOptimized": "optimized",
+                    "NetworkType": network, "Timestamp": hour.strftime(_TIMESTAMP),
+                    "SpotPrice": price,
+                    "OriginPrice": offer.on_demand.per_hour.amount if offer.on_demand else price,
+                })
+        page = points[offset:offset + self._history_page]
+        more = offset + self._history_page < len(points)
+        return {"SpotPrices": {"SpotPriceType": page}, "Currency": currency or "CNY",
+                "NextOffset": offset + self._history_page if more else 0}
 
     def _describe_available_resource(self, p: dict[str, str]) -> dict[str, Any]:
         region = self._region(p)

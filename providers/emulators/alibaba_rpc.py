@@ -14,8 +14,10 @@ one gateway protocol, so the gateway's part lives here once:
 * ``RpcError``: an error answer (HTTP status, code, message); ``rpc_error_body`` its JSON
   ``{RequestId, HostId, Code, Message, Recommend}``.
 * ``RpcServer``: 127.0.0.1, keep-alive, ``POST /`` or ``GET /`` with the parameters in the query string
-  (a form body is read too), handing each request to the emulator's ``handle``; ``None`` from it drops
-  the connection without an answer (a response lost on the way back).
+  (a form body is read too), handing each request to the emulator's ``handle``, which gives an
+  ``RpcAnswer`` (status, JSON body, extra headers such as ``Retry-After``); ``None`` from it drops
+  the connection without an answer (a response lost on the way back). A client that drops its
+  kept-alive connection is not reported as a server error.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import hashlib
 import hmac
 import json
 import socket
+import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +41,7 @@ from scheduler.clock import Clock, SystemClock
 
 __all__ = [
     "LISTEN_HOST",
+    "RpcAnswer",
     "RpcAuthenticator",
     "RpcError",
     "RpcServer",
@@ -60,6 +65,15 @@ class RpcError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+@dataclass(frozen=True)
+class RpcAnswer:
+    """One HTTP answer: status, JSON body and any extra headers (``Retry-After``)."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def percent_encode(text: str) -> str:
@@ -147,7 +161,7 @@ def rpc_error_body(exc: RpcError, request_id: str, host_id: str, product: str) -
 
 class RpcEmulator(Protocol):
     def handle(self, method: str, path: str, query: str, body: bytes,
-               content_type: str) -> tuple[int, bytes] | None: ...
+               content_type: str) -> RpcAnswer | None: ...
 
 
 class RpcServer(ThreadingHTTPServer):
@@ -173,6 +187,13 @@ class RpcServer(ThreadingHTTPServer):
         self.server_close()
         self.drop_connections()
         self._thread.join(timeout=5)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
+        # emulator fault: say nothing. Anything else is printed as the stdlib does.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, open_: bool) -> None:
         with self._open_lock:
@@ -225,12 +246,13 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
-        status, data = outcome
-        self.send_response(status)
+        self.send_response(outcome.status)
         self.send_header("Content-Type", "application/json;charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
+        for name, value in outcome.headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(outcome.body)))
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(outcome.body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # the test's own assertions say what matters; per-request lines are noise

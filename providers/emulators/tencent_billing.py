@@ -39,12 +39,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from http.server import ThreadingHTTPServer
 from typing import Any, Self
 
 from tencentcloud.billing.v20180709 import models as billing_models
 
-from providers.emulators.tencent_tc3 import JSON_TYPE, ApiError, Tc3Verifier, api3_handler
+from providers.emulators.tencent_tc3 import JSON_TYPE, Api3Server, ApiError, Tc3Verifier, api3_handler
 from providers.sandbox.billing import TENCENT_RULES, Charge, Reservation, hourly_charges
 from providers.sandbox.cloud import SandboxCloud
 from scheduler.clock import Clock
@@ -103,8 +102,7 @@ class TencentBillingEmulator:
         self._parameters = frozenset(
             name[1:] for name in vars(billing_models.DescribeBillDetailRequest()) if name != "_headers"
         )
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), api3_handler(self))
-        self._server.daemon_threads = True
+        self._server = Api3Server(("127.0.0.1", port), api3_handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="tencent-billing-emulator", daemon=True)
         self._thread.start()

@@ -32,6 +32,17 @@ and the adapter must cope with it:
 * ClientToken. The documentation promises idempotency and names no error for a
   reused token: a token seen before answers with the instance it first made,
   whatever the other parameters say (the adapter checks what it got back).
+* The recycle bin. The first TerminateInstances of an instance moves it to the
+  recycle bin: TERMINATING, then SHUTDOWN (no longer billed) for the sandbox's
+  retention; a second TerminateInstances of a SHUTDOWN instance destroys it for
+  good (it leaves the list at once), as CVM documents. A TerminateInstances of
+  a TERMINATING or LAUNCH_FAILED instance answers
+  ``UnsupportedOperation.InstanceStateTerminating`` / ``...LaunchFailed``.
+* LAUNCH_FAILED. ``fail_launch`` makes a launched instance fail to be created:
+  it shows LAUNCH_FAILED until the retention ends, and never runs.
+* Faults. ``faults`` (``providers.emulators.faults.FaultPlan``) fails a seeded
+  share of calls: ``RequestLimitExceeded`` with ``Retry-After``, an HTTP 503
+  gateway page, no answer, or no answer after acting.
 * One instance per RunInstances (``InstanceCount`` 1); gpusched never asks for more.
 * ActionTimer (TerminateInstances only) fires at the first API call at or after
   its time, which then starts the destruction; the sandbox has no timers.
@@ -50,7 +61,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
-from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 
 from tencentcloud.cvm.v20170312 import models as cvm_models
@@ -66,8 +76,11 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.faults import FaultPlan
 from providers.emulators.tencent_tc3 import (
     JSON_TYPE,
+    Api3Reply,
+    Api3Server,
     ApiError,
     DropConnection,
     Tc3Verifier,
@@ -121,6 +134,9 @@ CvmError = ApiError
 _DropConnection = DropConnection
 
 
+_Reply = Api3Reply  # status, body, content type and any extra headers (``Retry-After``)
+
+
 @dataclass(frozen=True)
 class RawRequest:
     """One request as it arrived, for tests that replay or tamper with it."""
@@ -142,6 +158,8 @@ class _Extra:
     stop_charging: bool = False
     restarted: bool = False
     destroy_at: datetime | None = None
+    launch_failed: bool = False  # never created: LAUNCH_FAILED
+    purged: bool = False  # destroyed for good out of the recycle bin: gone from every answer
 
 
 # --- the emulator --------------------------------------------------------------------
@@ -166,6 +184,8 @@ class TencentCvmEmulator:
         signing_clock: Clock | None = None,
         record_requests: bool = False,
         port: int = 0,
+        faults: FaultPlan | None = None,
+        content_type: str = JSON_TYPE,
     ) -> None:
         self._verifier = Tc3Verifier(credentials, SERVICE, signing_clock=signing_clock)
         self.cloud = cloud
@@ -179,6 +199,8 @@ class TencentCvmEmulator:
         self._scripted: dict[str, list[CvmError]] = {}
         self._regions = frozenset(o.region for o in cloud.offers())
         self._record = record_requests
+        self.faults = (faults or FaultPlan()).dice()
+        self._content_type = content_type
         self.requests: list[RawRequest] = []
         self.action_counts: dict[str, int] = {}
         self._actions: dict[str, Callable[[str, dict[str, Any], str], dict[str, Any]]] = {
@@ -197,8 +219,7 @@ class TencentCvmEmulator:
             )
             for action in self._actions
         }
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), api3_handler(self))
-        self._server.daemon_threads = True
+        self._server = Api3Server(("127.0.0.1", port), api3_handler(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="tencent-cvm-emulator", daemon=True
         )
@@ -244,12 +265,21 @@ class TencentCvmEmulator:
         """The next RunInstances creates its instance, then the connection closes without an answer."""
         self.cloud.lose_next_launch_response()
 
-    def script_error(self, action: str, code: str, message: str = "scripted", times: int = 1) -> None:
-        """The next ``times`` calls of ``action`` answer with this exact CVM error, after authentication."""
+    def script_error(self, action: str, code: str, message: str = "scripted", times: int = 1,
+                     retry_after: float | None = None) -> None:
+        """The next ``times`` calls of ``action`` answer with this exact CVM error, after authentication;
+        ``retry_after`` adds a ``Retry-After`` header (throttling answers)."""
         if action not in self._actions:
             raise ValueError(f"unknown action {action!r}; the emulator speaks {', '.join(sorted(self._actions))}")
         with self._lock:
-            self._scripted.setdefault(action, []).extend([CvmError(code, message)] * times)
+            self._scripted.setdefault(action, []).extend([CvmError(code, message, retry_after)] * times)
+
+    def fail_launch(self, instance_id: str) -> None:
+        """The creation of this instance (a CVM id) failed: LAUNCH_FAILED from now on, never running."""
+        with self._lock:
+            sandbox_id = self._sandbox_id(instance_id)
+            self.cloud.terminate(sandbox_id)
+            self._extra[sandbox_id].launch_failed = True
 
     def sandbox_id(self, instance_id: str) -> str:
         with self._lock:
@@ -270,9 +300,10 @@ class TencentCvmEmulator:
 
     # --- one request ------------------------------------------------------------
 
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> bytes:
-        """The whole answer body for one HTTP request (raises _DropConnection for a lost answer)."""
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+        """The answer to one HTTP request (raises _DropConnection to close the connection without one)."""
         lower = {k.lower(): v for k, v in headers.items()}
+        extra_headers: dict[str, str] = {}
         with self._lock:
             if self._record:
                 self.requests.append(RawRequest(method, path, lower, body))
@@ -285,19 +316,33 @@ class TencentCvmEmulator:
                 region = lower.get("x-tc-region", "")
                 if region not in self._regions:
                     raise CvmError("UnsupportedRegion", f"region {region!r} is not served here")
-                self._fire_timers()
                 scripted = self._scripted.get(action)
                 if scripted:
                     raise scripted.pop(0)
+                fault = self.faults.draw(action)
+                if fault == "throttle":
+                    raise CvmError("RequestLimitExceeded", "your requests exceed the frequency limit",
+                                   self.faults.plan.retry_after_seconds)
+                if fault == "5xx":
+                    return _Reply(503, b"<html><body>503 Service Temporarily Unavailable</body></html>",
+                                  "text/html", {})
+                if fault == "timeout":
+                    raise _DropConnection()
+                self._fire_timers()
                 answer = self._actions[action](region, params, request_id)
+                if fault == "lost":
+                    raise _DropConnection()
             except CvmError as exc:
                 answer = {"Error": {"Code": exc.code, "Message": exc.message}}
+                if exc.retry_after is not None:
+                    extra_headers["Retry-After"] = f"{exc.retry_after:g}"
             except _DropConnection:
                 raise
             except Exception as exc:  # noqa: BLE001 - an emulator bug reaches the test as CVM's InternalError
                 answer = {"Error": {"Code": "InternalError", "Message": f"emulator fault: {exc!r}"}}
             answer["RequestId"] = request_id
-            return json.dumps({"Response": answer}).encode("utf-8")
+            payload = json.dumps({"Response": answer}).encode("utf-8")
+            return _Reply(200, payload, self._content_type, extra_headers)
 
     def _parse(self, action: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         if headers.get("content-type", "").split(";")[0].strip() != JSON_TYPE:
@@ -384,7 +429,7 @@ class TencentCvmEmulator:
             except ProviderError as exc:
                 raise _vendor_error(exc, "DescribeInstances", None) from None
             match = _instance_filter(filters or [])
-            found = [i for i in everything if match(i, self._charge(i))]
+            found = [i for i in everything if match(i, self._charge(i)) and not self._extra_of(i).purged]
         return {
             "TotalCount": len(found),
             "InstanceSet": [self._instance_json(i) for i in found[offset:offset + limit]],
@@ -427,12 +472,19 @@ class TencentCvmEmulator:
     def _terminate_instances(self, region: str, p: dict[str, Any], request_id: str) -> dict[str, Any]:
         machines = self._targets(region, p)
         for machine in machines:
+            if self._extra_of(machine).launch_failed:
+                raise CvmError("UnsupportedOperation.InstanceStateLaunchFailed",
+                               f"instance {self._tencent_id(machine.instance_id)} failed to be created")
             if machine.state is InstanceState.terminating:
                 raise CvmError("UnsupportedOperation.InstanceStateTerminating",
                                f"instance {self._tencent_id(machine.instance_id)} is already being destroyed")
         for machine in machines:
             if machine.state is InstanceState.terminated:
-                continue  # SHUTDOWN: destroying it again changes nothing
+                # SHUTDOWN, in the recycle bin: a second TerminateInstances destroys it for good.
+                extra = self._extra_of(machine)
+                extra.purged = True
+                self._touch(extra, "TerminateInstances", request_id)
+                continue
             try:
                 self.cloud.terminate(machine.instance_id, region=region)
             except ProviderError as exc:
@@ -550,7 +602,7 @@ class TencentCvmEmulator:
                 raise CvmError("InvalidInstanceId.Malformed",
                                f"{instance_id!r} is not an instance id like ins-xxxxxxxx")
             sandbox_id = self._to_sandbox.get(instance_id)
-            if sandbox_id is None:
+            if sandbox_id is None or self._extra_of_id(sandbox_id).purged:
                 continue
             try:
                 found.append(self.cloud.get(sandbox_id, region))
@@ -569,7 +621,12 @@ class TencentCvmEmulator:
             raise CvmError("InvalidInstanceId.NotFound", f"instance {missing} does not exist in {region}")
         return found
 
+    def _extra_of_id(self, sandbox_id: str) -> _Extra:
+        return self._extra.get(sandbox_id) or _Extra(charge_type="POSTPAID_BY_HOUR")
+
     def _state(self, machine: SandboxInstance) -> str:
+        if self._extra_of(machine).launch_failed:
+            return "LAUNCH_FAILED"
         if machine.state is InstanceState.pending and self._extra_of(machine).restarted:
             return "STARTING"
         return _STATE[machine.state]
@@ -577,7 +634,8 @@ class TencentCvmEmulator:
     def _require_state(self, machine: SandboxInstance, allowed: set[str]) -> None:
         state = self._state(machine)
         if state not in allowed:
-            raise CvmError(f"UnsupportedOperation.InstanceState{state.capitalize()}",
+            camel = "".join(word.capitalize() for word in state.split("_"))  # LAUNCH_FAILED -> LaunchFailed
+            raise CvmError(f"UnsupportedOperation.InstanceState{camel}",
                            f"instance {self._tencent_id(machine.instance_id)} is {state}")
 
     def _action_timer(self, p: dict[str, Any]) -> datetime | None:
@@ -627,7 +685,8 @@ class TencentCvmEmulator:
             "CreatedTime": machine.launched_at.astimezone(timezone.utc).strftime(_TIME_FORMAT),
             "ExpiredTime": None,
             "Tags": [{"Key": k, "Value": v} for k, v in machine.tags.items()],
-            "StopChargingMode": "STOP_CHARGING" if state == "STOPPED" and extra.stop_charging else "NOT_APPLICABLE",
+            "StopChargingMode": ("NOT_APPLICABLE" if state != "STOPPED"
+                                 else "STOP_CHARGING" if extra.stop_charging else "KEEP_CHARGING"),
             "LatestOperation": extra.latest_operation,
             "LatestOperationState": "SUCCESS",
             "LatestOperationRequestId": extra.latest_request_id,
@@ -767,7 +826,7 @@ def _vendor_error(exc: ProviderError, action: str, capacity: Capacity | None) ->
     """A sandbox refusal as the code CVM gives for it."""
     spot = capacity is Capacity.spot
     if isinstance(exc, Throttled):
-        return CvmError("RequestLimitExceeded", "your requests exceed the frequency limit")
+        return CvmError("RequestLimitExceeded", "your requests exceed the frequency limit", exc.retry_after)
     if isinstance(exc, NoCapacity):
         if exc.code == "SpotMaxPriceTooLow":
             return CvmError("InvalidParameterValue.InsufficientPrice", exc.message)
@@ -788,6 +847,3 @@ def _vendor_error(exc: ProviderError, action: str, capacity: Capacity | None) ->
         }.get(exc.code, "InvalidParameterValue")
         return CvmError(code, exc.message)
     return CvmError("InternalError", f"{action} failed inside the cloud: {exc.message}")
-
-
-# --- HTTP ----------------------------------------------------------------------------

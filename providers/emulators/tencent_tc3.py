@@ -11,9 +11,13 @@ one protocol, so the protocol's part lives here once:
   the signature over the canonical request (header names and values lower-cased and trimmed, the hashed
   payload, or ``UNSIGNED-PAYLOAD`` when the client says so) under the key chain
   HMAC("TC3" + secret, date) -> service -> "tc3_request".
-* ``ApiError``: ``{"Response": {"Error": {"Code", "Message"}, "RequestId"}}``, always HTTP 200.
-* ``api3_handler``: the request handler. Every answer is HTTP 200 with ``Content-Type: application/json``
-  and nothing after it: the SDK only recognises an error body under exactly that type.
+* ``ApiError``: ``{"Response": {"Error": {"Code", "Message"}, "RequestId"}}``, HTTP 200 (a throttling
+  answer may carry ``retry_after``, sent as ``Retry-After``).
+* ``api3_handler``: the request handler. ``handle`` gives the JSON body (HTTP 200 with
+  ``Content-Type: application/json`` and nothing after it: the SDK only recognises an error body under
+  exactly that type) or an ``Api3Reply`` (another status, content type or extra headers: a gateway's
+  503 page, ``Retry-After``); ``DropConnection`` closes the connection without an answer.
+* ``Api3Server``: the threaded server, quiet about clients that drop their kept-alive connections.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import hashlib
 import hmac
 import re
 import socket
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler
-from typing import Protocol
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
 
 from scheduler.clock import Clock, SystemClock
 
@@ -34,6 +40,8 @@ __all__ = [
     "JSON_TYPE",
     "SIGNATURE_TTL",
     "UNSIGNED_PAYLOAD",
+    "Api3Reply",
+    "Api3Server",
     "ApiError",
     "DropConnection",
     "Tc3Verifier",
@@ -57,14 +65,25 @@ _AUTHORIZATION = re.compile(
 class ApiError(Exception):
     """One API 3.0 error answer: ``{"Response": {"Error": {"Code", "Message"}, "RequestId"}}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.retry_after = retry_after  # seconds, sent as Retry-After (throttling answers)
 
 
 class DropConnection(Exception):
     """The call took effect but its answer is lost: close the connection without one."""
+
+
+@dataclass(frozen=True)
+class Api3Reply:
+    """One HTTP answer: status, body, content type and any extra headers (``Retry-After``)."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON_TYPE
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def canonical_request(
@@ -133,7 +152,20 @@ class Tc3Verifier:
 
 
 class Api3Emulator(Protocol):
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> bytes: ...
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> bytes | Api3Reply: ...
+
+
+class Api3Server(ThreadingHTTPServer):
+    """An emulator's threaded HTTP server (handler from ``api3_handler``); handler threads are daemons."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
+        # emulator fault: say nothing. Anything else is printed as the stdlib does.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def api3_handler(emulator: Api3Emulator) -> type[BaseHTTPRequestHandler]:
@@ -160,15 +192,20 @@ def api3_handler(emulator: Api3Emulator) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             path = self.path.split("?")[0]
             try:
-                payload = emulator.handle(self.command, path, dict(self.headers.items()), body)
+                reply = emulator.handle(self.command, path, dict(self.headers.items()), body)
             except DropConnection:
                 self.close_connection = True
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", JSON_TYPE)  # exactly this: the SDK ignores errors otherwise
-            self.send_header("Content-Length", str(len(payload)))
+            if isinstance(reply, bytes):
+                reply = Api3Reply(200, reply)
+            self.send_response(reply.status)
+            # JSON_TYPE exactly, unless a test asks for another: the SDK ignores errors otherwise.
+            self.send_header("Content-Type", reply.content_type)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
-            self.wfile.write(payload)
+            self.wfile.write(reply.body)
 
         def log_message(self, format: str, *args: object) -> None:
             return

@@ -403,6 +403,11 @@ class SandboxCloud:
 
     # --- read-only accessors for tests and benchmarks -----------------------
 
+    @property
+    def clock(self) -> Clock:
+        """The clock this cloud runs on (the HTTP emulators date what they answer by it)."""
+        return self._clock
+
     def all_instances(self) -> list[SandboxInstance]:
         """Every instance ever launched, forgotten ones included, in launch order."""
         with self._lock:

@@ -43,12 +43,14 @@ _CAPABILITIES: dict[str, frozenset[Capability]] = {
     # ECS: StopCharging mode, and SpotInterruptionBehavior=Stop exists.
     "alibaba": frozenset({_C.stop_charging, _C.spot_stop, _C.preemption_events}),
     "tencent": frozenset({_C.stop_charging, _C.preemption_events}),
+    # ECS: a stopped pay-per-use GPU server bills only its disks; gpusched does not stop spot servers.
+    "huawei": frozenset({_C.stop_charging, _C.preemption_events}),
     "sandbox": frozenset({_C.stop_charging, _C.spot_stop, _C.live_prices, _C.preemption_events}),
 }
 
 
 def capabilities_like(cloud_name: str) -> frozenset[Capability]:
-    """The capabilities of the real cloud ``cloud_name`` ("aws", "alibaba", "tencent"), or "sandbox" (all)."""
+    """The capabilities of the real cloud ``cloud_name`` ("aws", "alibaba", "tencent", "huawei"), or "sandbox" (all)."""
     try:
         return _CAPABILITIES[cloud_name]
     except KeyError:

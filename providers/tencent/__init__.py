@@ -22,6 +22,13 @@ Choices, and why:
   every call in ``providers.retry.call_with_retry``, and a RunInstances retried
   there carries the same ClientToken, so a lost answer never makes a second
   machine.
+* Answers are read by the adapter, not by the SDK's typed methods: the SDK takes
+  an error body for a success unless ``Content-Type`` is exactly
+  ``application/json`` (a sold-out launch would read as zero instances, a failed
+  listing as an empty one). The SDK still signs and sends; ``Retry-After`` is kept.
+* TerminateInstances of an instance already destroyed, in the recycle bin
+  (SHUTDOWN), on its way there, or never created (LAUNCH_FAILED) is success
+  (``error_codes.GONE_ON_TERMINATE``).
 * ``launch`` is RunInstances (ClientToken = the request's token, tags on the
   instance at creation) followed by one DescribeInstances of the new id, so it
   returns the cloud's own pending instance. A token CVM has seen before answers
@@ -42,7 +49,9 @@ Choices, and why:
 * Prices: ``DescribeZoneInstanceConfigInfos`` (pay-as-you-go and SPOTPAID in one
   call per region) gives price, SELL / SOLD_OUT and the GPU count; the paid
   price is ``UnitPriceDiscount``. The currency is the account's site: USD on the
-  international site (the default), CNY on the China site. The GPU model is not
+  international site, CNY on the China site; the API does not say which, so the
+  config must (``currency``, ``site``, or an ``*.intl.*`` endpoint; never a
+  default). The GPU model is not
   in the API: it comes from the bundled catalog's row for the instance type, or
   from the instance family. With the config's ``live_prices`` off, the bundled
   catalog serves as it is (and the capability set lacks ``Capability.live_prices``).

@@ -21,9 +21,11 @@ from providers.base import (
     ProviderUnavailable,
 )
 from providers.catalog import filter_offers, load_catalog
+from providers.retry import parse_retry_after
 from providers.tencent.client import ClientFactory, CvmClient, refuse_sdk_retryer, sdk_client_factory
 from providers.tencent.config import NAME, TencentConfig
-from providers.tencent.errors import translate_error
+from providers.tencent.error_codes import GONE_ON_TERMINATE
+from providers.tencent.errors import translate_error, vendor_error
 from providers.tencent.prices import live_offers
 from providers.tencent.wire import (
     MAX_TAG_FILTERS,
@@ -74,7 +76,7 @@ class TencentProvider:
                 "Filters": [{"Name": "instance-charge-type", "Values": ["POSTPAID_BY_HOUR", "SPOTPAID"]}],
             })
             out.extend(live_offers(region, answer.get("InstanceTypeQuotaSet") or [], self._catalog,
-                                   self._config.currency, self._clock.now().date()))
+                                   self._config.billing_currency, self._clock.now().date()))
         return out
 
     def launch(self, request: InstanceRequest) -> Instance:
@@ -161,13 +163,10 @@ class TencentProvider:
         self._check_ref(ref)
         try:
             self._call(ref.region, "TerminateInstances", {"InstanceIds": [ref.instance_id]})
-        except NotFound:
-            return  # already gone: what terminate wants
-        except InvalidRequest as exc:
-            # A malformed id names no instance; one being (or already) destroyed needs nothing more.
-            gone = ("InvalidInstanceId.Malformed", "UnsupportedOperation.InstanceStateTerminating",
-                    "UnsupportedOperation.InstanceStateTerminated")
-            if exc.code not in gone:
+        except (NotFound, InvalidRequest) as exc:
+            # Destroyed, in the recycle bin (SHUTDOWN), on its way there, never created (LAUNCH_FAILED),
+            # or an id that names no instance: what terminate wants is already true.
+            if exc.code not in GONE_ON_TERMINATE:
                 raise
 
     # --- inside ----------------------------------------------------------------------
@@ -183,11 +182,34 @@ class TencentProvider:
     def _call(self, region: str, action: str, params: Mapping[str, Any]) -> dict[str, Any]:
         request = getattr(models, f"{action}Request")()
         request.from_json_string(json.dumps(params))
+        client = self._client(region)
         try:
-            response = getattr(self._client(region), action)(request)
+            # The SDK's transport, not its typed method: the SDK recognises an error answer only under a
+            # Content-Type of exactly application/json, and reads one with "; charset=utf-8" as a success
+            # (a sold-out launch as zero instances, a failed listing as an empty one). The answer is read
+            # here whatever its Content-Type, and its headers (Retry-After) are kept.
+            http = client._call(action, request._serialize(), headers=dict(request.headers or {}))
         except TencentCloudSDKException as exc:
             raise translate_error(exc, action=action, region=region) from None
-        answer: dict[str, Any] = json.loads(response.to_json_string())
+        retry_after = parse_retry_after(http.headers.get("Retry-After"))
+        if http.status_code != 200:
+            raise ProviderUnavailable(
+                f"Tencent Cloud {action} in {region} answered HTTP {http.status_code}", provider=NAME,
+                code="ServerNetworkError", retry_after=retry_after,
+            )
+        try:
+            answer = json.loads(http.content)["Response"]
+        except (ValueError, KeyError, TypeError):
+            raise ProviderUnavailable(f"Tencent Cloud {action} in {region} answered with something that is not "
+                                      "its JSON", provider=NAME, code="JSONDecodeError") from None
+        if not isinstance(answer, dict):
+            raise ProviderUnavailable(f"Tencent Cloud {action} in {region} answered without a Response",
+                                      provider=NAME, code="JSONDecodeError")
+        error = answer.get("Error")
+        if isinstance(error, dict):
+            raise vendor_error(str(error.get("Code") or "Unknown"), str(error.get("Message") or ""),
+                               str(answer.get("RequestId") or ""), action=action, region=region,
+                               retry_after=retry_after)
         return answer
 
     def _regions(self, regions: Sequence[str] | None) -> tuple[str, ...]:

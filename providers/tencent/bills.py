@@ -6,7 +6,7 @@ gpusched pays for: pay-as-you-go and spot), ``NeedRecordNum=1`` (so ``Total`` co
 back empty). A row is one settlement (hourly, for pay-as-you-go), so an instance has many: they are added
 up per ``ResourceId`` into one ``BillLine``, its amount the sum of every component's ``RealCost`` (after
 discounts and what reservations and savings plans paid), its tags the rows' ``Tags``. The rows carry no
-currency: the account's site decides it (``TencentConfig.currency``: international USD, China CNY).
+currency: the account's site decides it (``TencentConfig.billing_currency``: international USD, China CNY).
 
 The SDK's retries are off; each page is tried again by ``providers.retry`` on ``RequestLimitExceeded`` and
 on network or server errors, on the injected clock. A refused key or signature is ``AuthFailed``, with the
@@ -91,7 +91,7 @@ class TencentBills:
                 break
         return [
             BillLine(cloud=NAME, month=month, instance_id=resource or None, tags=tags[resource],
-                     amount=Money(amount=amount, currency=self._config.currency), region=regions[resource],
+                     amount=Money(amount=amount, currency=self._config.billing_currency), region=regions[resource],
                      description="p_cvm postPay")
             for resource, amount in amounts.items()
         ]

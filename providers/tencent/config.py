@@ -33,7 +33,10 @@ class TencentConfig(Frozen):
     # (the international site also answers at billing.intl.tencentcloudapi.com); host[:port] of an emulator.
     billing_endpoint: str | None = None
     protocol: Literal["https", "http"] = "https"
-    currency: Literal["USD", "CNY"] = "USD"  # the account's site: international USD, China CNY
+    # The currency the account is billed in: CNY on the China site, USD on the international one.
+    # Never guessed: set it, or the site, or point the endpoint at the international site (*.intl.*).
+    currency: Literal["USD", "CNY"] | None = None
+    site: Literal["china", "international"] | None = None
     live_prices: bool = True
     request_timeout_seconds: int = Field(default=30, ge=1, le=600)
     page_size: int = Field(default=100, ge=1, le=100)
@@ -44,4 +47,32 @@ class TencentConfig(Frozen):
             raise ValueError("protocol http needs an explicit endpoint (a local emulator); the cloud is https")
         if self.subnet_ids and not self.vpc_id:
             raise ValueError("subnet_ids need vpc_id")
+        by_site = _SITE_CURRENCY.get(self.site or "") or _endpoint_currency(self.endpoint) \
+            or _endpoint_currency(self.billing_endpoint)
+        if self.currency is None and by_site is None:
+            raise ValueError(
+                "the currency this Tencent Cloud account is billed in is unknown: set GPUSCHED_TENCENT_CURRENCY "
+                "(CNY for a China-site account, USD for an international-site one) or GPUSCHED_TENCENT_SITE "
+                "(china | international)"
+            )
+        if self.currency is not None and self.site is not None and self.currency != _SITE_CURRENCY[self.site]:
+            raise ValueError(f"GPUSCHED_TENCENT_CURRENCY={self.currency} contradicts GPUSCHED_TENCENT_SITE={self.site} "
+                             f"(the {self.site} site bills in {_SITE_CURRENCY[self.site]}): set one of them")
         return self
+
+    @property
+    def billing_currency(self) -> str:
+        """The currency prices and bills are in: the setting, else the site's (the validator ensures one)."""
+        found = self.currency or _SITE_CURRENCY.get(self.site or "") or _endpoint_currency(self.endpoint) \
+            or _endpoint_currency(self.billing_endpoint)
+        assert found is not None
+        return found
+
+
+_SITE_CURRENCY = {"china": "CNY", "international": "USD"}
+
+
+def _endpoint_currency(endpoint: str | None) -> str | None:
+    """USD for the international site's API domain (``*.intl.tencentcloudapi.com``); None otherwise."""
+    host = (endpoint or "").split(":")[0].lower()
+    return "USD" if host.endswith(".intl.tencentcloudapi.com") else None

@@ -1,4 +1,8 @@
-"""The Tencent SDK's exception as the project's ``ProviderError`` classes, CVM's code and request id kept."""
+"""The Tencent SDK's exception as the project's ``ProviderError`` classes, CVM's code and request id kept.
+
+Which class each CVM code is lives in ``providers.tencent.error_codes`` (every code Tencent documents
+for the calls this adapter makes; docs/error-codes.md is written from it).
+"""
 
 from __future__ import annotations
 
@@ -8,33 +12,16 @@ from tencentcloud.common.exception.tencent_cloud_sdk_exception import (
 
 from providers.base import (
     AuthFailed,
-    InvalidRequest,
+    BillingStopped,
     NoCapacity,
-    NotFound,
     ProviderError,
-    ProviderUnavailable,
     QuotaExceeded,
-    Throttled,
 )
 from providers.tencent.config import NAME
+from providers.tencent.error_codes import classify
 
-__all__ = ["translate_error"]
+__all__ = ["translate_error", "vendor_error"]
 
-_NO_CAPACITY = frozenset({
-    "ResourceInsufficient",
-    "ResourceInsufficient.SpecifiedInstanceType",
-    "ResourceInsufficient.ZoneSoldOutForSpecifiedInstance",
-    "ResourceInsufficient.AvailabilityZoneSoldOut",
-    "ResourceInsufficient.InsufficientOfferingMinimum",
-    "ResourceInsufficient.CloudDiskSoldOut",
-    "ResourceUnavailable.InstanceType",
-    "InvalidParameterValue.InsufficientOffering",
-    "InvalidParameterValue.InsufficientPrice",
-})
-_QUOTA = frozenset({"InstancesQuotaLimitExceeded", "InvalidAccount.InsufficientBalance"})
-_NOT_FOUND = frozenset({"InvalidInstanceId.NotFound", "ResourceNotFound.InvalidInstanceIdNotFound"})
-_UNAVAILABLE = frozenset({"ClientNetworkError", "ServerNetworkError", "InternalServerError"})
-_OUR_BUG = frozenset({"ClientError", "ClientParamsError"})
 _AUTH_REASONS = {
     "AuthFailure.SignatureFailure": (
         "the secret key does not match the SecretId (the request signature is wrong)",
@@ -57,40 +44,34 @@ _PERMISSION_FIX = (
     "grant the CAM user the CVM actions gpusched calls (RunInstances, DescribeInstances, "
     "Stop/Start/TerminateInstances, DescribeZoneInstanceConfigInfos)"
 )
+_FIXES: dict[type[ProviderError], str] = {
+    NoCapacity: "try another zone, instance type or capacity type",
+    QuotaExceeded: "raise the quota in the Tencent Cloud console, or free instances",
+    BillingStopped: "top up the Tencent Cloud account (or pay the open order); nothing launches there until then",
+}
 
 
-def translate_error(exc: TencentCloudSDKException, *, action: str, region: str) -> ProviderError:
+def translate_error(exc: TencentCloudSDKException, *, action: str, region: str,
+                    retry_after: float | None = None) -> ProviderError:
     """One SDK exception as the project's error, keeping CVM's code and request id."""
-    code = str(exc.get_code() or "Unknown")
-    vendor = str(exc.get_message() or "").strip()
-    request_id = str(exc.get_request_id() or "")
+    return vendor_error(str(exc.get_code() or "Unknown"), str(exc.get_message() or ""),
+                        str(exc.get_request_id() or ""), action=action, region=region, retry_after=retry_after)
+
+
+def vendor_error(code: str, message: str, request_id: str, *, action: str, region: str,
+                 retry_after: float | None = None) -> ProviderError:
+    """CVM's ``Response.Error`` (code, message) as the project's error."""
+    vendor = message.strip()
     where = f"Tencent Cloud {action} in {region}"
-    if code.startswith(("AuthFailure", "UnauthorizedOperation")):
+    kind = classify(code)
+    if kind is AuthFailed:
         reason, fix = _AUTH_REASONS.get(code, (vendor or code, _PERMISSION_FIX))
         if code == "AuthFailure.UnauthorizedOperation":
             fix = _PERMISSION_FIX
         return AuthFailed(f"{where} refused the credentials: {reason} ({code})",
                           provider=NAME, code=code, request_id=request_id, fix=fix)
-    kind, fix = _classify(code)
-    return kind(f"{where} failed: {code}: {vendor}", provider=NAME, code=code, request_id=request_id, fix=fix)
-
-
-def _classify(code: str) -> tuple[type[ProviderError], str | None]:
-    if code.startswith("RequestLimitExceeded"):
-        return Throttled, None
-    if code in _NO_CAPACITY or code.startswith("ResourcesSoldOut."):
-        return NoCapacity, "try another zone, instance type or capacity type"
-    if code.startswith(("LimitExceeded.", "ResourceInsufficient.")) or code in _QUOTA:
-        return QuotaExceeded, "raise the quota (or top up the account) in the Tencent Cloud console, or free instances"
-    if code in _NOT_FOUND:
-        return NotFound, None
-    if code in _UNAVAILABLE or code.startswith(("InternalError", "ServiceUnavailable")):
-        return ProviderUnavailable, None
-    if code in _OUR_BUG:
-        return InvalidRequest, None
-    if "." not in code and code.endswith(("Error", "Exception")):
-        # Not a CVM code: the SDK could not read the answer (e.g. JSONDecodeError).
-        return ProviderUnavailable, None
+    fix = _FIXES.get(kind)
     if code == "UnsupportedOperation.StoppedModeStopCharging":
-        return InvalidRequest, "this instance cannot stop without charging: terminate it instead"
-    return InvalidRequest, None
+        fix = "this instance cannot stop without charging: terminate it instead"
+    return kind(f"{where} failed: {code}: {vendor}", provider=NAME, code=code, request_id=request_id, fix=fix,
+                retry_after=retry_after if kind.retryable else None)

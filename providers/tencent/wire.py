@@ -91,8 +91,9 @@ def run_instances_params(request: InstanceRequest, config: TencentConfig, now: d
     if config.system_disk_gb:
         params["SystemDisk"] = {"DiskType": "CLOUD_PREMIUM", "DiskSize": config.system_disk_gb}
     if config.max_lifetime_hours:
-        # A backstop on the machine itself: CVM destroys it even if gpusched is gone.
-        when = now.astimezone(timezone.utc) + timedelta(hours=config.max_lifetime_hours)
+        # A backstop on the machine itself: CVM destroys it even if gpusched is gone. Counted from
+        # the intent (stored with its token), so every retry of one launch sends the same time.
+        when = (request.requested_at or now).astimezone(timezone.utc) + timedelta(hours=config.max_lifetime_hours)
         params["ActionTimer"] = {"TimerAction": "TerminateInstances", "ActionTime": when.strftime(_TIME_FORMAT)}
     return params
 
@@ -108,7 +109,7 @@ def _spot_bid(request: InstanceRequest, config: TencentConfig) -> Decimal | None
             raise InvalidRequest(f"max_price {request.max_price!r} must be a positive number", provider=NAME)
         return bid
     od = request.offer.on_demand
-    if od is not None and od.per_hour.currency == config.currency:
+    if od is not None and od.per_hour.currency == config.billing_currency:
         return od.per_hour.amount
     return None
 
@@ -158,6 +159,8 @@ def to_instance(region: str, raw: Mapping[str, Any]) -> Instance:
         launched_at=_parse_time(raw.get("CreatedTime")),
         preempted=preempted,
         preempt_reason=PREEMPT_REASON if preempted else None,
+        # Stopped in the default mode: CVM bills its compute on.
+        stop_keeps_billing=state_text == "STOPPED" and raw.get("StopChargingMode") == "KEEP_CHARGING",
     )
 
 

@@ -1,8 +1,9 @@
-"""Budget alerts: tell a team's channels when its month's spend crosses 50 / 80 / 100% of its budget.
+"""Budget alerts: tell the channels when a team's or a project's month's spend crosses 50 / 80 / 100% of its budget.
 
 The daemon calls ``check_budget_alerts`` every ``GPUSCHED_BUDGET_CHECK_MINUTES``. Spend is the report's
 own "actual" for the team (billed this month, as the planner holds it against the budget), so an alert,
-the report's "Team budgets" table and a waiting job's reason agree. Each (team, month, threshold) is
+the report's "Team budgets" table and a waiting job's reason agree; a project's (GPUSCHED_PROJECT_BUDGETS)
+is its billed spend in the report's "Project budgets" table. Each (scope, name, month, threshold) is
 announced once: its row in ``budget_alerts`` is claimed before sending (a second daemon's claim fails on
 the unique key and it sends nothing), and released only when no channel took the message, so the next
 check tries again. A restart does not repeat an alert. Crossing several thresholds at once (a big job's
@@ -19,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from scheduler.accounting import ledger
 from scheduler.accounting.delivery import Delivered, Notice, channels_configured, deliver, mail_message
-from scheduler.accounting.report_models import MonthlyReport, TeamMonthBudget
+from scheduler.accounting.report_models import MonthBudget, MonthlyReport
 from scheduler.accounting.report_render import fmt_money, fmt_pct
 from scheduler.accounting.reports import build_report
 from scheduler.logs import get_logger
@@ -35,9 +36,11 @@ log = get_logger(__name__)
 
 
 class BudgetAlert(Frozen):
-    """One alert this check made: the team, the thresholds it newly crossed, and what the channels did."""
+    """One alert this check made: whose budget (a team's or a project's), the thresholds it newly crossed, and
+    what the channels did."""
 
-    team: str
+    scope: str  # team | project
+    name: str
     month: str
     thresholds: tuple[int, ...]
     used_pct: str
@@ -52,35 +55,36 @@ def _at_limit(settings: Settings) -> str:
     return waits
 
 
-def alert_notice(settings: Settings, month: str, row: TeamMonthBudget, threshold: int) -> Notice:
+def alert_notice(settings: Settings, month: str, row: MonthBudget, threshold: int) -> Notice:
     facts = [
-        ("Team", row.team),
+        (row.scope.capitalize(), row.name),
         ("Month", month),
         ("Spent (billed)", f"{fmt_money(row.actual)} of {fmt_money(row.budget)} ({fmt_pct(row.used_pct)})"),
         ("Forecast to month end", f"{fmt_money(row.forecast)} ({fmt_pct(row.forecast_pct)})"),
     ]
     if threshold >= 100:
-        facts.append(("What happens now", _at_limit(settings)))
+        facts.append(("What happens now", _at_limit(settings) if row.scope == "team" else
+                      "nothing is held: a project's budget is watched, not enforced (team budgets are)"))
     return Notice(
-        title=f"Budget alert: team {row.team} passed {threshold}% of its {month} GPU budget",
+        title=f"Budget alert: {row.scope} {row.name} passed {threshold}% of its {month} GPU budget",
         facts=tuple(facts),
-        footer="Thresholds: GPUSCHED_BUDGET_ALERT_THRESHOLDS; budgets: GPUSCHED_TEAM_BUDGETS.",
+        footer=f"Thresholds: GPUSCHED_BUDGET_ALERT_THRESHOLDS; budgets: GPUSCHED_{row.scope.upper()}_BUDGETS.",
         severity="critical" if threshold >= 100 else "warning",
     )
 
 
-def _claim(store: Store, now: datetime, month: str, row: TeamMonthBudget, thresholds: list[int]) -> list[int]:
+def _claim(store: Store, now: datetime, month: str, row: MonthBudget, thresholds: list[int]) -> list[int]:
     """The thresholds of ``thresholds`` this call claimed (not announced before, by us or another daemon)."""
     with store.session(write=False) as s:
         done = set(s.scalars(select(BudgetAlertRow.threshold_pct).where(
-            BudgetAlertRow.team == row.team, BudgetAlertRow.month == month)))
+            BudgetAlertRow.scope == row.scope, BudgetAlertRow.name == row.name, BudgetAlertRow.month == month)))
     claimed = []
     for pct in thresholds:
         if pct in done:
             continue
         try:
             with store.session() as s:
-                s.add(BudgetAlertRow(team=row.team, month=month, threshold_pct=pct, at=now,
+                s.add(BudgetAlertRow(scope=row.scope, name=row.name, month=month, threshold_pct=pct, at=now,
                                      actual_amount=row.actual.amount, budget_amount=row.budget.amount,
                                      currency=row.budget.currency, delivered=""))
         except IntegrityError:
@@ -89,14 +93,14 @@ def _claim(store: Store, now: datetime, month: str, row: TeamMonthBudget, thresh
     return claimed
 
 
-def _settle(store: Store, month: str, team: str, thresholds: list[int], outcomes: list[Delivered],
+def _settle(store: Store, month: str, row: MonthBudget, thresholds: list[int], outcomes: list[Delivered],
             channels: list[str]) -> bool:
     """Keep the claims with what took the alert; release them when channels exist and none took it."""
     took = [f"{o.channel}: {o.detail}" for o in outcomes if o.ok]
     keep = bool(took) or not channels
     with store.session() as s:
         rows = s.scalars(select(BudgetAlertRow).where(
-            BudgetAlertRow.team == team, BudgetAlertRow.month == month,
+            BudgetAlertRow.scope == row.scope, BudgetAlertRow.name == row.name, BudgetAlertRow.month == month,
             BudgetAlertRow.threshold_pct.in_(thresholds))).all()
         if keep:
             for r in rows:
@@ -115,21 +119,23 @@ def _month_so_far(settings: Settings, store: Store, month: str, now: datetime) -
         return build_report(
             s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now, open_costs=pending,
             reserved=settings.reserved, fx_for=settings.fx_for, fx_dated=settings.fx_dated(month),
-            trend_months=0, team_budgets=settings.team_budgets,
+            trend_months=0, team_budgets=settings.team_budgets, project_budgets=settings.project_budgets,
         )  # fmt: skip
 
 
 def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
                         http: httpx.Client | None = None) -> list[BudgetAlert]:
-    """Alert every team whose month's spend newly crossed a threshold; the alerts made (none: nothing new)."""
-    if not settings.team_budgets or not settings.budget_alert_thresholds:
+    """Alert every team and project whose month's spend newly crossed a threshold; the alerts made (none: nothing
+    new)."""
+    if not (settings.team_budgets or settings.project_budgets) or not settings.budget_alert_thresholds:
         return []
     now = utc(now)
     month = now.strftime("%Y-%m")
     report = _month_so_far(settings, store, month, now)
     channels = channels_configured(settings)
     alerts = []
-    for row in report.team_budgets:
+    rows: list[MonthBudget] = [*report.team_budgets, *report.project_budgets]
+    for row in rows:
         crossed = [t for t in settings.budget_alert_thresholds if row.used_pct >= t]
         claimed = _claim(store, now, month, row, crossed) if crossed else []
         if not claimed:
@@ -142,10 +148,11 @@ def check_budget_alerts(settings: Settings, store: Store, now: datetime, *,
                              + ["", notice.footer or ""])
             mail = mail_message(sender=settings.report_mail_from, to=settings.report_mail_to, subject=notice.title,
                                 at=now, text=text)
-        outcomes = deliver(settings, notice, mail=mail, http=http) if channels else []
-        recorded = _settle(store, month, row.team, claimed, outcomes, channels)
-        log.info("budget_alert", team=row.team, month=month, thresholds=claimed, used_pct=str(row.used_pct),
-                 delivered=sum(o.ok for o in outcomes), channels=len(channels), recorded=recorded)
-        alerts.append(BudgetAlert(team=row.team, month=month, thresholds=tuple(claimed), used_pct=fmt_pct(row.used_pct),
-                                  outcomes=tuple(outcomes), recorded=recorded))
+        outcomes = deliver(settings, notice, mail=mail, http=http, now=now) if channels else []
+        recorded = _settle(store, month, row, claimed, outcomes, channels)
+        log.info("budget_alert", scope=row.scope, name=row.name, month=month, thresholds=claimed,
+                 used_pct=str(row.used_pct), delivered=sum(o.ok for o in outcomes), channels=len(channels),
+                 recorded=recorded)
+        alerts.append(BudgetAlert(scope=row.scope, name=row.name, month=month, thresholds=tuple(claimed),
+                                  used_pct=fmt_pct(row.used_pct), outcomes=tuple(outcomes), recorded=recorded))
     return alerts

@@ -146,6 +146,15 @@ def open_interval(
     return row
 
 
+def billed_until(session: Session, instance_id: str) -> datetime | None:
+    """When the instance's last closed interval ended (its billing last stopped); None if it never billed."""
+    stmt = select(UsageIntervalRow.end).where(
+        UsageIntervalRow.instance_id == instance_id, UsageIntervalRow.end.is_not(None)
+    ).order_by(UsageIntervalRow.end.desc()).limit(1)
+    end = session.scalar(stmt)
+    return utc(end) if end is not None else None
+
+
 def close_interval(session: Session, instance_id: str, at: datetime) -> UsageIntervalRow | None:
     """End the instance's open interval at ``at``; None when it had none.
 

@@ -10,10 +10,11 @@ are therefore exact in any grouping, which is what lets every breakdown add up t
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import ROUND_DOWN, ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
@@ -29,6 +30,7 @@ from scheduler.times import utc
 
 RESERVED = "reserved"
 SCALE = Decimal("1e-12")
+_MONTH_RE = re.compile(r"^([1-9][0-9]{3})-(0[1-9]|1[0-2])$")
 
 
 class CostLike(Protocol):
@@ -97,6 +99,19 @@ class Line:
     @property
     def total(self) -> Decimal:
         return self.cost + self.fee
+
+
+def month_bounds(month: str) -> tuple[datetime, datetime]:
+    """``"2026-11"`` -> [2026-11-01T00:00Z, 2026-12-01T00:00Z)."""
+    m = _MONTH_RE.match(month) if isinstance(month, str) else None
+    if m is None:
+        raise UserError(f"month must look like 2026-11, not {month!r}", fix="give the year and month as YYYY-MM")
+    year, mon = int(m.group(1)), int(m.group(2))
+    if (year, mon) == (9999, 12):  # its end, 10000-01-01, is past what a datetime holds
+        raise UserError(f"month {month!r} is past the last one gpusched can report", fix="give a month before 9999-12")
+    start = datetime(year, mon, 1, tzinfo=timezone.utc)
+    end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=timezone.utc)
+    return start, end
 
 
 def seconds(delta: timedelta) -> Decimal:

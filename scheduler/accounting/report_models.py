@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
+from typing import ClassVar
 
 from scheduler.accounting.advice import Advice
 from scheduler.accounting.bill_models import BillReconciliation
+from scheduler.accounting.queued_work import QueuedJob
+from scheduler.accounting.unit_costs import UnitCosts
 from scheduler.models import Frozen
 from scheduler.money import Money
 
@@ -31,7 +34,9 @@ __all__ = [
     "Forecast",
     "JobCost",
     "MonthTotals",
+    "MonthBudget",
     "MonthlyReport",
+    "ProjectMonthBudget",
     "ReservationUse",
     "TeamBudget",
     "TeamCapacityCost",
@@ -97,13 +102,22 @@ class ReservationUse(Frozen):
 
 
 class Forecast(Frozen):
-    """The month to its end: billed at the month-so-far hourly rate, reservation fees as amortized."""
+    """The month to its end, in three parts: the run rate (billed at the month-so-far hourly rate), the
+    reservation fees as amortized, and the work queued now (``queued_work``: each waiting job's planned
+    cost, the part of it that fits before the month's end)."""
 
-    total: Money
-    billed: Money
+    total: Money  # billed + reserved_fees + queued
+    billed: Money  # the run rate: billed so far, carried on to the month's end
     reserved_fees: Money
+    queued: Money
+    queued_jobs: tuple[QueuedJob, ...]
     hours_elapsed: Decimal
     hours_left: Decimal
+
+    @property
+    def unestimated(self) -> int:
+        """Queued jobs without a plan yet: counted, priced at nothing."""
+        return sum(1 for j in self.queued_jobs if j.estimate is None)
 
 
 class MonthTotals(Frozen):
@@ -136,6 +150,7 @@ class JobCost(Frozen):
     budget: Money | None
     over_budget: bool
     preemptions: int
+    submitted_by: str | None = None  # the name on the API token that submitted it
 
 
 class TeamBudget(Frozen):
@@ -149,23 +164,49 @@ class TeamBudget(Frozen):
     over_budget: bool
 
 
-class TeamMonthBudget(Frozen):
-    """A team's monthly budget (GPUSCHED_TEAM_BUDGETS) against what it was billed this month, and the forecast.
+class MonthBudget(Frozen):
+    """A monthly budget in the settings against what was billed this month, and the forecast.
 
-    ``actual`` is what the planner holds against the budget: the team's billed spend (spot and on-demand)
-    in the month; reserved hours cost nothing at the margin. ``forecast`` runs ``actual`` to the month's
-    end at the month-so-far hourly rate, as the report's own forecast does (equal to ``actual`` once the
-    month is over).
+    ``actual`` is the billed spend (spot and on-demand) in the month; reserved hours cost nothing at the
+    margin (the planner holds a team's against its budget this way). ``forecast`` runs ``actual`` to the
+    month's end at the month-so-far hourly rate, as the report's own forecast does, plus the part of the
+    work queued now that is the team's or project's (equal to ``actual`` once the month is over).
     """
 
-    team: str
+    scope: ClassVar[str] = ""  # "team" | "project"
     budget: Money  # in the report currency
     actual: Money
     forecast: Money
     used_pct: Decimal
     forecast_pct: Decimal
-    over_budget: bool  # actual >= budget: the team's new jobs wait
+    over_budget: bool  # actual >= budget: a team's new jobs wait (a project's budget is not enforced)
     forecast_over: bool  # forecast > budget
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+
+class TeamMonthBudget(MonthBudget):
+    """A team's monthly budget (GPUSCHED_TEAM_BUDGETS); the planner enforces it."""
+
+    scope: ClassVar[str] = "team"
+    team: str
+
+    @property
+    def name(self) -> str:
+        return self.team
+
+
+class ProjectMonthBudget(MonthBudget):
+    """A project's monthly budget (GPUSCHED_PROJECT_BUDGETS): reported and alerted, not enforced."""
+
+    scope: ClassVar[str] = "project"
+    project: str
+
+    @property
+    def name(self) -> str:
+        return self.project
 
 
 class MonthlyReport(Frozen):
@@ -213,8 +254,10 @@ class MonthlyReport(Frozen):
     budget_vs_actual: tuple[TeamBudget, ...]
     notes: tuple[str, ...]
     team_budgets: tuple[TeamMonthBudget, ...] = ()  # the teams with a monthly budget in the settings
+    project_budgets: tuple[ProjectMonthBudget, ...] = ()  # the projects with one
     advice: Advice | None = None  # commitments and right-sizing over the days before ``as_of``
     bills: BillReconciliation | None = None  # the clouds' own bills against the ledger, when bills are set up
+    unit_costs: UnitCosts | None = None  # per training run, per 1,000 images, per GPU-hour (``unit_costs``)
 
     @property
     def empty(self) -> bool:

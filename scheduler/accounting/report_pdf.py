@@ -17,7 +17,9 @@ from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_render import (
     BREAKDOWN_HEADERS,
     BREAKDOWNS,
+    BUDGET_HEADERS,
     breakdown_cells,
+    budget_cells,
     fmt_money,
     fmt_pct,
     render_charts,
@@ -75,6 +77,11 @@ def render_pdf(report: MonthlyReport) -> bytes:
             [(t.team, fmt_money(t.budget), fmt_money(t.actual), fmt_pct(t.used_pct), fmt_money(t.forecast),
               fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else "")) for t in r.team_budgets],
         ))  # fmt: skip
+    if r.project_budgets:
+        story.append(Paragraph("Project budgets", styles["Heading2"]))
+        story.append(para("Billed this month against each project's monthly budget, and the forecast; alerted "
+                          "as team budgets are, no job held back.", small))
+        story.append(table(("project", *BUDGET_HEADERS), [budget_cells(t) for t in r.project_budgets]))
     if not r.empty:
         for _, attr, title in BREAKDOWNS:
             story.append(Paragraph(f"By {title.lower()}", styles["Heading2"]))

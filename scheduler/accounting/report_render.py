@@ -7,7 +7,6 @@ HTML page comes from the package template ``scheduler/accounting/templates/repor
 
 from __future__ import annotations
 
-import base64
 import csv
 import functools
 import io
@@ -32,7 +31,10 @@ from scheduler.accounting.bill_render import (
     missing_cells,
     unknown_cells,
 )
-from scheduler.accounting.report_models import Breakdown, MonthlyReport, ReservationUse
+from scheduler.accounting.queued_work import QueuedJob
+from scheduler.accounting.report_charts import CHART_NAMES, PHONE, render_charts
+from scheduler.accounting.report_models import Breakdown, MonthBudget, MonthlyReport, ReservationUse
+from scheduler.accounting.unit_costs import GpuUnitCost, RunUnitCost, unit_rows
 from scheduler.money import Money
 
 __all__ = [
@@ -48,12 +50,10 @@ __all__ = [
     "write_report",
 ]
 
-# Known capacity types first, in a fixed order, so charts keep their colours month to month.
-_CAPACITY_ORDER = ("spot", "on-demand", "reserved")
-_CAPACITY_COLOURS = {"spot": "#2a9d8f", "on-demand": "#e76f51", "reserved": "#8d99ae"}
 _HUNDRED = Decimal(100)  # the total row's share of the month, in percent
 _ONE_PLACE = Decimal("0.1")
 _CENT = Decimal("0.01")
+_UNIT_PLACES = Decimal("0.0001")
 
 
 def fmt_money(money: Money) -> str:
@@ -77,87 +77,6 @@ BREAKDOWNS = (
 )
 
 
-def _capacities(report: MonthlyReport) -> list[str]:
-    seen = {c.capacity for c in report.team_by_capacity}
-    return [c for c in _CAPACITY_ORDER if c in seen] + sorted(seen - set(_CAPACITY_ORDER))
-
-
-def render_charts(report: MonthlyReport) -> dict[str, str]:
-    """The report's charts as ``data:image/png;base64,...`` URIs, keyed by name; none for an empty month."""
-    if report.empty:
-        return {}
-    # Imported here so the CLI and daemon do not pay matplotlib's import time until a report is drawn.
-    # Figure + Agg canvas, not pyplot: no global figure state, safe on the daemon's scheduler thread.
-    from matplotlib.figure import Figure
-
-    def png(fig: Figure) -> str:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
-        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-    # Floats below feed the plot only; every figure printed comes from the Decimal report. Each chart draws
-    # the same figures as the tables: cost = billed + reserved fee, the unused reservations a bar of their own.
-    cur = report.currency
-    teams = [b.key for b in reversed(report.by_team)]  # barh draws bottom-up: biggest team on top
-    fig = Figure(figsize=(7.5, 0.5 * len(teams) + 1.4))
-    ax = fig.add_subplot()
-    left = [0.0] * len(teams)
-    cells = {(c.team, c.capacity): float(c.cost.amount) for c in report.team_by_capacity}
-    for capacity in _capacities(report):
-        widths = [cells.get((t, capacity), 0.0) for t in teams]
-        ax.barh(teams, widths, left=left, label=capacity, color=_CAPACITY_COLOURS.get(capacity))
-        left = [a + b for a, b in zip(left, widths)]
-    ax.set_xlabel(cur)
-    ax.set_title("Cost by team and capacity type (reserved: amortized fee)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
-    charts = {"team_capacity": png(fig)}
-
-    fig = Figure(figsize=(7.5, 3))
-    ax = fig.add_subplot()
-    past = [d for d in report.by_day if not d.future]  # future days stay blank, not drawn as zero
-    days = [d.day.day for d in past]
-    idle = [float(d.idle_cost.amount) if d.idle_cost else 0.0 for d in past]
-    busy = [float(d.billed.amount) - i if d.billed else 0.0 for d, i in zip(past, idle)]
-    fees = [float(d.reserved_fee.amount) if d.reserved_fee else 0.0 for d in past]
-    ax.bar(days, busy, label="billed, busy", color="#264653")
-    ax.bar(days, idle, bottom=busy, label="billed, idle", color="#f4a261")
-    ax.bar(days, fees, bottom=[a + b for a, b in zip(busy, idle)], label="reserved fee (amortized)",
-           color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
-    if len(past) < len(report.by_day):
-        first_future = len(past) + 1
-        ax.axvspan(first_future - 0.5, len(report.by_day) + 0.6, color="#eef1f4")
-        ax.text((first_future + len(report.by_day)) / 2, 0.5, "to come", transform=ax.get_xaxis_transform(),
-                ha="center", color="#8d99ae")  # fmt: skip
-    ax.set_xlim(0.4, len(report.by_day) + 0.6)
-    ax.set_xlabel(f"day of {report.month} (UTC)")
-    ax.set_ylabel(cur)
-    ax.set_title("Daily cost")
-    ax.legend(fontsize="small")
-    charts["daily"] = png(fig)
-
-    fig = Figure(figsize=(7.5, 3))
-    ax = fig.add_subplot()
-    clouds = [b.key for b in report.by_cloud]
-    xs = list(range(len(clouds)))
-    billed = [float(b.billed.amount) for b in report.by_cloud]
-    ax.bar([x - 0.2 for x in xs], billed, 0.4, label="billed by the hour", color="#264653")
-    ax.bar([x - 0.2 for x in xs], [float(b.reserved_fee.amount) for b in report.by_cloud], 0.4, bottom=billed,
-           label="reserved fee (amortized)", color=_CAPACITY_COLOURS["reserved"])  # fmt: skip
-    ax.bar(
-        [x + 0.2 for x in xs],
-        [float(b.on_demand_equivalent.amount) for b in report.by_cloud],
-        0.4,
-        label="billed hours at on-demand prices",
-        color="#e9c46a",
-    )
-    ax.set_xticks(xs, clouds)
-    ax.set_ylabel(cur)
-    ax.set_title("Cost vs on-demand equivalent, by cloud")
-    ax.legend(fontsize="small")
-    charts["clouds"] = png(fig)
-    return charts
-
-
 @functools.cache
 def _environment() -> Environment:
     env = Environment(
@@ -168,21 +87,32 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(money=fmt_money, hours=fmt_hours, pct=fmt_pct, util=_util, label=reservation_label,
-                       commitment=commitment_cells, sizing=right_sizing_cells)
+                       commitment=commitment_cells, sizing=right_sizing_cells, unit=unit_cells,
+                       gpu_unit=gpu_unit_cells, queued=queued_cells)
     env.globals.update(bill_cells=bill_cells, unknown_cells=unknown_cells, missing_cells=missing_cells,
                        bills_notes=bills_notes, bill_headers=BILL_HEADERS, unknown_headers=UNKNOWN_HEADERS,
                        missing_headers=MISSING_HEADERS)
     return env
 
 
-def render_html(report: MonthlyReport) -> str:
-    """A self-contained HTML page: styles inline, charts embedded as PNG data URIs."""
+def render_html(report: MonthlyReport, *, phone_charts: bool = True) -> str:
+    """A self-contained HTML page: styles inline, charts embedded as PNG data URIs.
+
+    ``phone_charts``: also embed the charts drawn for a phone's width, which a browser picks on a narrow
+    screen (``<picture>``). A mail leaves them out: mail clients show only the ``<img>``, and each chart
+    would travel twice."""
     template = _environment().get_template("report.html.j2")
     return template.render(
         r=report,
         charts=render_charts(report),
+        phone=render_charts(report, PHONE) if phone_charts else {},
+        chart_names=CHART_NAMES,
         breakdowns=BREAKDOWNS,
         commitment_headers=COMMITMENT_HEADERS,
+        unit_headers=UNIT_HEADERS,
+        queued_headers=QUEUED_HEADERS,
+        gpu_unit_headers=GPU_UNIT_HEADERS,
+        unit_note=UNIT_NOTE,
         sizing_headers=RIGHT_SIZING_HEADERS,
         last_day=(report.period_end - timedelta(days=1)).date(),
     )
@@ -190,12 +120,13 @@ def render_html(report: MonthlyReport) -> str:
 
 CSV_COLUMNS = (
     "section", "key", "hours", "billed", "on_demand_equivalent", "savings", "reserved_hours", "reserved_fee", "cost",
-    "currency", "share_pct", "utilisation_pct", "reserved_on_demand_value",
+    "currency", "share_pct", "utilisation_pct", "reserved_on_demand_value", "units", "per_unit",
 )  # fmt: skip
 
 
-def _csv_num(value: Decimal | None) -> str:
-    return "" if value is None else str(value.quantize(_CENT, rounding=ROUND_HALF_EVEN))
+def _csv_num(value: Decimal | None, places: Decimal = _CENT) -> str:
+    # per_unit to four places: a unit cost is often a fraction of a cent (per GPU-hour, per 1,000 images).
+    return "" if value is None else str(value.quantize(places, rounding=ROUND_HALF_EVEN))
 
 
 def render_csv(report: MonthlyReport) -> str:
@@ -210,7 +141,8 @@ def render_csv(report: MonthlyReport) -> str:
         return None if m is None else m.amount
 
     def row(section: str, key: str, **cells: Decimal | Money | None) -> None:
-        values = {k: _csv_num(amount(v) if isinstance(v, Money) or v is None else v) for k, v in cells.items()}
+        values = {k: _csv_num(amount(v) if isinstance(v, Money) or v is None else v,
+                              _UNIT_PLACES if k == "per_unit" else _CENT) for k, v in cells.items()}
         out.writerow([section, key] + [cur if c == "currency" else values.get(c, "") for c in CSV_COLUMNS[2:]])
 
     row("total", r.month, hours=r.busy_hours + r.idle_hours, billed=r.billed,
@@ -237,14 +169,18 @@ def render_csv(report: MonthlyReport) -> str:
         row("day", d.day.isoformat(), hours=d.hours, billed=d.billed, reserved_fee=d.reserved_fee, cost=d.cost)
     if r.forecast is not None:
         f = r.forecast
+        # cost = billed (the run rate) + reserved_fee + the queued work (its own row; per job below).
         row("forecast", r.month, billed=f.billed, reserved_fee=f.reserved_fees, cost=f.total)
+        row("forecast_queued", r.month, cost=f.queued, units=Decimal(len(f.queued_jobs)))
+        for q in f.queued_jobs:
+            row("queued_job", q.id, hours=q.est_hours, cost=q.in_month)  # the part before the month's end
     for t in r.trend:
         row("trend", t.month, billed=t.billed, on_demand_equivalent=t.on_demand_equivalent, savings=t.savings,
             reserved_fee=t.reserved_fees, cost=t.total)  # fmt: skip
-    for tb in r.team_budgets:
-        row("team_budget", tb.team, cost=tb.budget)
-        row("team_actual", tb.team, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
-        row("team_forecast", tb.team, cost=tb.forecast, share_pct=tb.forecast_pct)
+    for tb in (*r.team_budgets, *r.project_budgets):  # sections team_* and project_*
+        row(f"{tb.scope}_budget", tb.name, cost=tb.budget)
+        row(f"{tb.scope}_actual", tb.name, billed=tb.actual, cost=tb.actual, share_pct=tb.used_pct)
+        row(f"{tb.scope}_forecast", tb.name, cost=tb.forecast, share_pct=tb.forecast_pct)
     if r.advice is not None:
         for a in r.advice.commitments:
             key = f"{a.term.name}: {a.scope} x {a.level.normalize():f}, break-even {fmt_pct(a.break_even * _HUNDRED)}"
@@ -253,6 +189,12 @@ def render_csv(report: MonthlyReport) -> str:
         for z in r.advice.right_sizing:
             row("advice_right_sizing", f"{z.model} @{z.img_size}: {z.gpu} -> {z.cheaper_gpu}", hours=z.gpu_hours,
                 savings=z.saving)  # fmt: skip
+    if r.unit_costs is not None and not r.empty:
+        # units x per_unit = cost: "training run" per completed run, "1,000 images inferred", and per GPU model
+        # "GPU-hour", "busy GPU-hour" and "billed GPU-hour at on-demand prices" (cost = the on-demand equivalent).
+        for u in unit_rows(r.unit_costs):
+            row("unit_cost", f"{u.unit}: {u.of}", hours=u.gpu_hours, billed=u.billed,
+                on_demand_equivalent=u.on_demand_equivalent, cost=u.cost, units=u.units, per_unit=u.per_unit)
     for section, key, cells in bill_csv_rows(r.bills):
         row(section, key, **cells)
     for j in r.jobs:
@@ -298,7 +240,13 @@ def summary_rows(r: MonthlyReport) -> list[tuple[str, str]]:
         ("Idle hours avoided (estimate)", fmt_hours(r.idle_hours_avoided)),
     ]  # fmt: skip
     if r.forecast is not None:
-        rows.insert(1, ("Forecast to month end", fmt_money(r.forecast.total)))
+        rows[1:1] = [("Forecast to month end", fmt_money(r.forecast.total)),
+                     ("of which work queued now", f"{fmt_money(r.forecast.queued)} ({len(r.forecast.queued_jobs)} "
+                                                  "job(s))")]  # fmt: skip
+    if r.unit_costs is not None:
+        t, i = r.unit_costs.training, r.unit_costs.inference
+        rows += [("Per training run (completed)", f"{_per(t.per_unit)} ({t.jobs} run(s))"),
+                 ("Per 1,000 images inferred", f"{_per(i.per_unit)} ({i.images or 0:,} images)")]
     return rows
 
 
@@ -333,6 +281,69 @@ def right_sizing_cells(z: RightSizing) -> tuple[str, ...]:
     return (f"{z.model} @{z.img_size}", z.gpu, fmt_hours(z.gpu_hours), z.cheaper_gpu,
             f"{z.rate:.1f} -> {z.cheaper_rate:.1f}", f"{fmt_money(z.price)} -> {fmt_money(z.cheaper_price)}",
             fmt_money(z.saving))  # fmt: skip
+
+
+BUDGET_HEADERS = ("budget", "actual", "used", "forecast", "forecast used")
+
+
+def budget_cells(t: MonthBudget) -> tuple[str, ...]:
+    spent = " (at the limit)" if t.scope == "team" else " (spent)"
+    return (t.name, fmt_money(t.budget), fmt_money(t.actual), fmt_pct(t.used_pct) + (spent if t.over_budget else ""),
+            fmt_money(t.forecast), fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else ""))  # fmt: skip
+
+
+QUEUED_HEADERS = ("job", "team", "project", "planned cost", "expected h", "before the month's end")
+
+
+def queued_cells(q: QueuedJob) -> tuple[str, ...]:
+    return (f"{q.name} ({q.id})", q.team, q.project or "-", fmt_money(q.estimate) if q.estimate else "not planned yet",
+            "-" if q.est_hours is None else fmt_hours(q.est_hours), fmt_money(q.in_month))  # fmt: skip
+
+
+UNIT_HEADERS = ("unit", "completed", "cost", "per unit", "GPU-hours", "saved vs on-demand")
+GPU_UNIT_HEADERS = ("GPU", "GPU-hours", "busy", "cost", "per GPU-hour", "per busy GPU-hour",
+                    "on-demand per GPU-hour")  # fmt: skip
+
+
+def fmt_unit_price(m: Money) -> str:
+    """A unit cost: cents, but four places under 1 (0.0202 CNY per 1,000 images is not 0.02)."""
+    if abs(m.amount) >= 1 or not m.amount.is_finite():
+        return fmt_money(m)
+    return f"{m.amount.quantize(_UNIT_PLACES, rounding=ROUND_HALF_EVEN)} {m.currency}"
+
+
+def _per(m: Money | None, unit: str = "") -> str:
+    return "-" if m is None else f"{fmt_unit_price(m)}{unit}"
+
+
+def unit_cells(u: RunUnitCost) -> tuple[str, ...]:
+    if u.kind == "train":
+        label, done, per = "training run", f"{u.jobs} run(s)", " per run"
+    else:
+        label, done, per = "1,000 images inferred", f"{u.images or 0:,} images, {u.jobs} job(s)", " per 1,000"
+    return (label, done, fmt_money(u.cost), _per(u.per_unit, per), fmt_hours(u.gpu_hours), fmt_money(u.savings))
+
+
+def gpu_unit_cells(g: GpuUnitCost) -> tuple[str, ...]:
+    busy = g.busy_gpu_hours / g.gpu_hours * _HUNDRED if g.gpu_hours else None
+    return (g.gpu, fmt_hours(g.gpu_hours), _util(busy), fmt_money(g.cost), _per(g.per_gpu_hour),
+            _per(g.per_busy_gpu_hour), _per(g.on_demand_per_gpu_hour))  # fmt: skip
+
+
+def _md_units(r: MonthlyReport) -> list[str]:
+    u = r.unit_costs
+    if u is None:
+        return []
+    lines = ["## Unit costs", ""]
+    lines += _md_table(UNIT_HEADERS, [unit_cells(u.training), unit_cells(u.inference)])
+    lines += _md_table(GPU_UNIT_HEADERS, [gpu_unit_cells(g) for g in u.by_gpu])
+    return [*lines, UNIT_NOTE, ""]
+
+
+UNIT_NOTE = ("Per training run and per 1,000 images: the jobs that completed this month, each at its whole cost "
+             "(every attempt, every month it ran; billed + reservation fee). Per GPU-hour: this month's cost of "
+             "the machines with that GPU over their GPU-hours (busy and idle), and over the busy ones alone; "
+             "the reservations' unused part is in none of them.")
 
 
 def _md_advice(r: MonthlyReport) -> list[str]:
@@ -377,26 +388,25 @@ def render_markdown(report: MonthlyReport) -> str:
                  fmt_money(t.total), fmt_money(t.savings))
                 for t in r.trend
             ]  # fmt: skip
+            trend = [(*t[:3], "-", *t[3:]) for t in trend]
             if r.forecast is not None:
                 f = r.forecast
                 trend.append((f"{r.month} (forecast)", fmt_money(f.billed), fmt_money(f.reserved_fees),
-                              fmt_money(f.total), "-"))  # fmt: skip
-            lines += _md_table(("month", "billed", "reservation fees", "total", "saved vs on-demand"), trend)
+                              fmt_money(f.queued), fmt_money(f.total), "-"))  # fmt: skip
+            lines += _md_table(("month", "billed", "reservation fees", "queued work", "total", "saved vs on-demand"),
+                               trend)  # fmt: skip
+            if r.forecast is not None and r.forecast.queued_jobs:
+                lines += ["## Work queued now", ""]
+                lines += _md_table(QUEUED_HEADERS, [queued_cells(q) for q in r.forecast.queued_jobs])
+        lines += _md_units(r)
         lines += _md_advice(r)
         for _, attr, title in BREAKDOWNS:
             lines += [f"## By {title.lower()}", ""]
             lines += _md_table((title, *BREAKDOWN_HEADERS), [breakdown_cells(b) for b in getattr(r, attr)])
-        if r.team_budgets:
-            lines += ["## Team budgets", ""]
-            lines += _md_table(
-                ("team", "budget", "actual", "used", "forecast", "forecast used"),
-                [
-                    (t.team, fmt_money(t.budget), fmt_money(t.actual),
-                     fmt_pct(t.used_pct) + (" (at the limit)" if t.over_budget else ""), fmt_money(t.forecast),
-                     fmt_pct(t.forecast_pct) + (" (over)" if t.forecast_over else ""))
-                    for t in r.team_budgets
-                ],
-            )  # fmt: skip
+        for title, rows in (("Team", r.team_budgets), ("Project", r.project_budgets)):
+            if rows:
+                lines += [f"## {title} budgets", ""]
+                lines += _md_table((title.lower(), *BUDGET_HEADERS), [budget_cells(t) for t in rows])
         if r.budget_vs_actual:
             lines += ["## Budget vs actual", ""]
             lines += _md_table(
@@ -409,10 +419,11 @@ def render_markdown(report: MonthlyReport) -> str:
             )  # fmt: skip
         lines += ["## Jobs", ""]
         lines += _md_table(
-            ("job", "name", "team", "kind", "state", "billed", "reserved h", "reserved fee", "billed to date", "budget",
-             "preemptions"),
+            ("job", "name", "team", "submitted by", "kind", "state", "billed", "reserved h", "reserved fee",
+             "billed to date", "budget", "preemptions"),
             [
-                (j.id, j.name, j.team, j.kind, j.state, fmt_money(j.cost), fmt_hours(j.reserved_hours),
+                (j.id, j.name, j.team, j.submitted_by or "-", j.kind, j.state, fmt_money(j.cost),
+                 fmt_hours(j.reserved_hours),
                  fmt_money(j.reserved_fee), fmt_money(j.cost_to_date),
                  (fmt_money(j.budget) + (" OVER" if j.over_budget else "")) if j.budget else "-", str(j.preemptions))
                 for j in r.jobs
@@ -439,8 +450,10 @@ def write_atomic(path: Path, content: str | bytes) -> None:
         raise
 
 
-def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
-    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}."""
+def write_report(report: MonthlyReport, out_dir: Path,
+                 step: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Write report-<month>.html/.csv/.md/.xlsx into ``out_dir``; returns {"html"|"csv"|"md"|"xlsx": path}.
+    ``step`` is told the name of each file before it is written (a progress bar)."""
     # Imported here: openpyxl's import time is paid only when files are written.
     from scheduler.accounting.report_xlsx import render_xlsx
 
@@ -449,6 +462,8 @@ def write_report(report: MonthlyReport, out_dir: Path) -> dict[str, Path]:
     renderers: tuple[tuple[str, Callable[[MonthlyReport], str | bytes]], ...] = (
         ("html", render_html), ("csv", render_csv), ("md", render_markdown), ("xlsx", render_xlsx))
     for ext, render in renderers:
+        if step is not None:
+            step(ext)
         path = out_dir / f"report-{report.month}.{ext}"
         write_atomic(path, render(report))
         paths[ext] = path

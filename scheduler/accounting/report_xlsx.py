@@ -19,6 +19,7 @@ from openpyxl.worksheet.worksheet import Worksheet
 
 from scheduler.accounting.bill_render import render_bills_sheet
 from scheduler.accounting.report_models import Breakdown, MonthlyReport
+from scheduler.accounting.unit_costs import unit_rows
 from scheduler.money import Money
 
 __all__ = ["SHEETS", "render_xlsx"]
@@ -101,7 +102,13 @@ def render_xlsx(report: MonthlyReport) -> bytes:
         ("Idle cost avoided (estimate)", r.idle_cost_avoided.amount, money),
     ]
     if r.forecast is not None:
-        figures.insert(3, ("Forecast to month end", r.forecast.total.amount, money))
+        figures[3:3] = [("Forecast to month end", r.forecast.total.amount, money),
+                        ("Forecast: run rate (billed)", r.forecast.billed.amount, money),
+                        ("Forecast: work queued now", r.forecast.queued.amount, money)]
+    if r.unit_costs is not None:
+        t, i = r.unit_costs.training, r.unit_costs.inference
+        figures += [("Per training run (completed)", _amount(t.per_unit), money),
+                    ("Per 1,000 images inferred", _amount(i.per_unit), money)]
     summary.append(["figure", "value"])
     summary["A1"].font = summary["B1"].font = _BOLD
     for name, value, fmt in figures:
@@ -153,6 +160,20 @@ def render_xlsx(report: MonthlyReport) -> bytes:
                   None if r.reserved_utilisation_pct is None else r.reserved_utilisation_pct / _HUNDRED,
                   r.reserved_fees.amount, r.reserved_fees.amount - r.reserved_unused.amount, r.reserved_unused.amount,
                   r.reserved_on_demand_value.amount, None])  # fmt: skip
+    budgets = (*r.team_budgets, *r.project_budgets)
+    if budgets:
+        _sheet(wb, "Budgets", ("for", "name", "budget", "actual", "used", "forecast", "forecast used", "over budget"),
+               [(b.scope, b.name, b.budget.amount, b.actual.amount, b.used_pct / _HUNDRED, b.forecast.amount,
+                 b.forecast_pct / _HUNDRED, "yes" if b.over_budget else "no") for b in budgets],
+               {3: money, 4: money, 5: _PCT_FORMAT, 6: money, 7: _PCT_FORMAT})  # fmt: skip
+    if r.unit_costs is not None:
+        # units x per unit = cost, row by row (the package docstring of unit_costs says what each counts).
+        _sheet(wb, "Unit costs",
+               ("unit", "of", "units", "cost", "per unit", "GPU-hours", "billed", "on-demand equivalent"),
+               [(u.unit, u.of, u.units, u.cost.amount, _amount(u.per_unit), u.gpu_hours, u.billed.amount,
+                 u.on_demand_equivalent.amount) for u in unit_rows(r.unit_costs)],
+               {3: "#,##0.0##", 4: money, 5: f'#,##0.0000 "{cur}"', 6: _HOURS_FORMAT, 7: money,
+                8: money})  # fmt: skip
     render_bills_sheet(r.bills, lambda *a: _sheet(wb, *a), _money_format, _PCT_FORMAT)
     buf = io.BytesIO()
     wb.save(buf)

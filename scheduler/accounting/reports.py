@@ -14,7 +14,6 @@ to cents happens only in the renderers in ``scheduler/accounting/report_render.p
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -28,6 +27,7 @@ from providers.bills import BillReader
 from scheduler.accounting import ledger
 from scheduler.accounting.advice import advise
 from scheduler.accounting.focus import FocusRow, focus_rows, write_focus
+from scheduler.accounting.queued_work import queued_work
 from scheduler.accounting.reconcile_bills import reconcile_month
 from scheduler.accounting.report_lines import (
     RESERVED,
@@ -35,6 +35,7 @@ from scheduler.accounting.report_lines import (
     Line,
     PoolUse,
     convert,
+    month_bounds,
     month_lines,
     priced_period,
     rounded,
@@ -66,7 +67,8 @@ from scheduler.accounting.report_render import (
     write_report,
 )
 from scheduler.accounting.reservations import pools_for
-from scheduler.accounting.team_budgets import team_month_budgets
+from scheduler.accounting.team_budgets import project_month_budgets, team_month_budgets
+from scheduler.accounting.unit_costs import unit_costs
 from scheduler.clock import SystemClock
 from scheduler.errors import UserError
 from scheduler.models import ReservedCapacity
@@ -110,26 +112,12 @@ __all__ = [
 ]
 
 NO_PROJECT = "(no project)"
-_MONTH_RE = re.compile(r"^([1-9][0-9]{3})-(0[1-9]|1[0-2])$")
 _HUNDRED = Decimal(100)
 _SECONDS_PER_HOUR = Decimal(3600)
 T = TypeVar("T")
 
 
 # --- months ------------------------------------------------------------------
-
-
-def month_bounds(month: str) -> tuple[datetime, datetime]:
-    """``"2026-11"`` -> [2026-11-01T00:00Z, 2026-12-01T00:00Z)."""
-    m = _MONTH_RE.match(month) if isinstance(month, str) else None
-    if m is None:
-        raise UserError(f"month must look like 2026-11, not {month!r}", fix="give the year and month as YYYY-MM")
-    year, mon = int(m.group(1)), int(m.group(2))
-    if (year, mon) == (9999, 12):  # its end, 10000-01-01, is past what a datetime holds
-        raise UserError(f"month {month!r} is past the last one gpusched can report", fix="give a month before 9999-12")
-    start = datetime(year, mon, 1, tzinfo=timezone.utc)
-    end = datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=timezone.utc)
-    return start, end
 
 
 def previous_month(now: datetime) -> str:
@@ -362,6 +350,7 @@ def _jobs(
                 budget=budget,
                 over_budget=budget is not None and to_date > budget,
                 preemptions=row.preemptions if row else 0,
+                submitted_by=row.submitted_by if row else None,
             )
         )
     return tuple(sorted(out, key=lambda j: (-j.cost.amount, j.id)))
@@ -394,17 +383,21 @@ def _as_of(start: datetime, end: datetime, now: datetime) -> datetime:
 
 
 def _forecast(
-    billed: Decimal, reserved: Sequence[ReservedCapacity], start: datetime, end: datetime, as_of: datetime,
-    currency: str, fx: FxRates,
+    session: Session, billed: Decimal, reserved: Sequence[ReservedCapacity], start: datetime, end: datetime,
+    as_of: datetime, currency: str, fx: FxRates,
 ) -> Forecast | None:
-    """The month to its end: billed hours at the month-so-far hourly rate; reservation fees as amortized."""
+    """The month to its end: billed hours at the month-so-far hourly rate, reservation fees as amortized,
+    and the work queued now (``queued_work``)."""
     if not start < as_of < end:
         return None
     elapsed, left = seconds(as_of - start), seconds(end - as_of)
     billed_to_end = billed + billed * left / elapsed
     fees = sum((p.fee for p in pools_for(reserved, start, end, currency, fx).values()), Decimal(0))
+    waiting = queued_work(session, currency=currency, fx=fx, hours_left=left / _SECONDS_PER_HOUR)
+    queued = sum((j.in_month.amount for j in waiting), Decimal(0))
     return Forecast(
-        total=_m(billed_to_end + fees, currency), billed=_m(billed_to_end, currency), reserved_fees=_m(fees, currency),
+        total=_m(billed_to_end + fees + queued, currency), billed=_m(billed_to_end, currency),
+        reserved_fees=_m(fees, currency), queued=_m(queued, currency), queued_jobs=waiting,
         hours_elapsed=elapsed / _SECONDS_PER_HOUR, hours_left=left / _SECONDS_PER_HOUR,
     )  # fmt: skip
 
@@ -463,6 +456,7 @@ def build_report(
     notes: Sequence[str] = (),
     team_budgets: Mapping[str, Money] | None = None,
     advice_days: int = 30,
+    project_budgets: Mapping[str, Money] | None = None,
 ) -> MonthlyReport:
     """Aggregate one UTC month into a report in ``currency``.
 
@@ -472,7 +466,8 @@ def build_report(
     ``fx`` converts this month; ``fx_for(month)`` the earlier months of the trend and of jobs' cost
     to date (default: ``fx`` for all); ``fx_dated`` says whether ``fx`` was set for this month.
     ``notes`` are appended to the report's own (e.g. where prices came from).
-    ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast.
+    ``team_budgets``: each team's monthly budget (GPUSCHED_TEAM_BUDGETS), shown as budget vs actual vs forecast;
+    ``project_budgets`` each project's (GPUSCHED_PROJECT_BUDGETS), alike.
     ``advice_days``: how far back (30-90 days before the report's figures end) the advice looks.
     """
     start, end = month_bounds(month)
@@ -495,7 +490,8 @@ def build_report(
     jobs = _jobs(session, lines, month, currency, fx, rates_for)
     rates = _rates(fx, currency)
     by_team = _breakdown(lines, lambda l: l.team, unused, total, currency)
-    forecast = _forecast(billed, reserved, start, end, as_of, currency, fx)
+    by_project = _breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency)
+    forecast = _forecast(session, billed, reserved, start, end, as_of, currency, fx)
 
     own_notes = [
         "Amounts are converted to {} at {} rates: {}.".format(
@@ -529,6 +525,16 @@ def build_report(
                              "so it counts as free here and the total leaves its cost out.")
     if now < end:
         own_notes.append(f"The month is not over: figures run up to {as_of:%Y-%m-%d %H:%M} UTC.")
+    if forecast is not None:
+        waiting = forecast.queued_jobs
+        own_notes.append(
+            "The forecast to the month's end = the run rate (billed so far, carried on at the same hourly rate) + "
+            "the reservation fees as amortized + the work queued now: "
+            + (f"{len(waiting)} waiting job(s) at the cost their latest plan expects, the part that fits before "
+               "the month's end if each started now" if waiting else "no job is waiting")
+            + (f"; {forecast.unestimated} of them not planned yet, counted at nothing" if forecast.unestimated
+               else "") + "."
+        )  # fmt: skip
     if opened:
         own_notes.append(f"Includes {opened} still-running interval(s) priced up to the report time.")
 
@@ -565,7 +571,7 @@ def build_report(
         idle_hours_avoided=avoided_hours,
         idle_cost_avoided=_m(avoided_cost, currency),
         by_team=by_team,
-        by_project=_breakdown(lines, lambda l: l.project or NO_PROJECT, unused, total, currency),
+        by_project=by_project,
         by_cloud=_breakdown(lines, lambda l: l.provider, unused, total, currency),
         by_gpu=_breakdown(lines, lambda l: l.gpu, unused, total, currency),
         by_capacity=_breakdown(lines, lambda l: l.capacity, unused, total, currency),
@@ -577,8 +583,11 @@ def build_report(
         budget_vs_actual=_budgets(jobs, currency),
         notes=tuple(own_notes) + tuple(notes),
         team_budgets=team_month_budgets(by_team, team_budgets or {}, forecast, currency, fx),
+        project_budgets=project_month_budgets(by_project, project_budgets or {}, forecast, currency, fx),
         advice=advise(session, as_of, currency=currency, fx=fx, lookback_days=advice_days,
                       open_costs=open_costs or ()),
+        unit_costs=unit_costs(session, month, lines, start=start, as_of=as_of, reserved=reserved, currency=currency,
+                              fx_for=rates_for),
     )
 
 
@@ -602,6 +611,7 @@ def _report_in(s: Session, settings: Settings, month: str, now: datetime,
         s, month, currency=settings.report_currency, fx=settings.fx_for(month), now=now,
         open_costs=ledger.open_costs(s, now), reserved=settings.reserved, fx_for=settings.fx_for,
         fx_dated=settings.fx_dated(month), team_budgets=settings.team_budgets,
+        project_budgets=settings.project_budgets,
     )
     if not bills:
         return report

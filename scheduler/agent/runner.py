@@ -26,6 +26,8 @@ One assignment (``run_agent``), in the modules beside this one:
    ``val_export.py``), its process in the YOLOv9 checkout (``process.py``);
 4. its outputs to object storage (``outputs.py``), and the outcome reported with where they went.
 
+All along, the job's stdout and stderr go to the daemon in batches (``logship.py``), for ``gpusched logs``.
+
 Every report names the job and attempt; a 409 says they are no longer this machine's work (cancelled,
 moved, lost): the agent stops the job's process and asks again. On a spot machine a watch thread asks
 the cloud's metadata service for a reclaim notice every few seconds (``reclaim.py``); on one, the agent
@@ -59,6 +61,7 @@ from scheduler.agent.link import (
     send_finished,
     send_reclaiming,
 )
+from scheduler.agent.logship import SHIP_SECONDS, OutputShipper
 from scheduler.agent.outputs import remote_checkpoint
 from scheduler.agent.process import (
     LOG_TAIL_LINES,
@@ -288,31 +291,43 @@ def _run_work(cfg: AgentConfig, link: DaemonLink, work: Work, *, clock: Clock, l
     watch = reclaim_watch(cfg, work, reclaim_check)
     a = Attempt(cfg=cfg, link=link, work=work, clock=clock, launch=launch, stores=stores, log_path=log_path,
                 beat=beat, watch=watch)
+    # The job's output to the daemon while it runs (rank 0 speaks for the gang), the rest before the outcome.
+    output = OutputShipper(link, work, log_path, interval=min(SHIP_SECONDS, max(cfg.poll_seconds, 1.0))).start() \
+        if speaks else None
     try:
         try:
-            stage_inputs(a)
-            master = None
-            if work.nodes > 1:
-                master = rendezvous(cfg, link, work, clock, address)
-                if master is None:
-                    return False
-            a.check(None)  # a notice that came while the inputs were fetched: nothing to start
-            outcome = _run_kind(a, master)
-        except AttemptFailed as exc:
-            outcome = Outcome(False, exc.message, exc.outputs)
-    except Reclaimed as exc:
-        try:
-            send_reclaiming(link, work, exc.notice.at)
-            log.warning("attempt_reclaimed", job_id=work.job_id, attempt=work.attempt, at=exc.notice.at.isoformat())
+            try:
+                stage_inputs(a)
+                master = None
+                if work.nodes > 1:
+                    master = rendezvous(cfg, link, work, clock, address)
+                    if master is None:
+                        return False
+                a.check(None)  # a notice that came while the inputs were fetched: nothing to start
+                outcome = _run_kind(a, master)
+            except AttemptFailed as exc:
+                outcome = Outcome(False, exc.message, exc.outputs)
+        except Reclaimed as exc:
+            try:
+                if output is not None:
+                    output.finish(must_arrive=False)  # one try: the machine has a minute or two left
+                send_reclaiming(link, work, exc.notice.at)
+                log.warning("attempt_reclaimed", job_id=work.job_id, attempt=work.attempt,
+                            at=exc.notice.at.isoformat())
+            finally:
+                stop_process(exc.proc)
+            return False
         finally:
-            stop_process(exc.proc)
-        return False
+            if watch is not None:
+                watch.stop()
+        if output is not None:
+            output.finish(must_arrive=True)
+        if speaks:
+            send_finished(link, work, outcome.ok, outcome.message, outcome.outputs)
+        return outcome.ok
     finally:
-        if watch is not None:
-            watch.stop()
-    if speaks:
-        send_finished(link, work, outcome.ok, outcome.message, outcome.outputs)
-    return outcome.ok
+        if output is not None:
+            output.stop()
 
 
 def _run_kind(a: Attempt, master: str | None) -> Outcome:

@@ -1,7 +1,9 @@
 """The daemon's HTTP API: jobs for the CLI, plus health and metrics for ops.
 
-Auth: every ``/v1`` route wants ``Authorization: Bearer <GPUSCHED_API_TOKEN>``,
-compared in constant time. A daemon without a token does not start.
+Auth: every ``/v1`` route wants ``Authorization: Bearer <token>``: GPUSCHED_API_TOKEN (compared in
+constant time; an admin while no personal admin token is live) or a person's or service's own token,
+whose role and teams say what it may read and change (``app/access.py``, ``app/roles.py``). A daemon
+without GPUSCHED_API_TOKEN does not start. Changes and refused calls go to the audit log.
 
 ``/healthz`` and ``/metrics`` need no token, on purpose: liveness probes and
 Prometheus scrapers rarely carry one. Both answer with counts, times and money
@@ -20,7 +22,6 @@ Limits before work: the token is checked from the headers before any body is rea
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
@@ -35,10 +36,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from scheduler.agent import tokens as agent_token
 from scheduler.agent.bootstrap import machine_ttl
 from scheduler.agent.package import AgentPackage
+from scheduler.app.access import Access, access_router, install_access_errors
 from scheduler.app.guard import AuthFirst, bearer
 from scheduler.app.metrics import CONTENT_TYPE as PROMETHEUS_TYPE
 from scheduler.app.metrics import render, store_registry
 from scheduler.app.openapi import install_openapi
+from scheduler.app.roles import Principal, may_act_for, may_read, may_write
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -49,6 +52,7 @@ from scheduler.errors import (
 )
 from scheduler.jobs.jobfile import parse_job, parse_job_text, too_deep
 from scheduler.jobs.jobfile_limits import has_lone_surrogate
+from scheduler.jobs.output_text import BATCH_BYTES
 from scheduler.lifecycle import service
 from scheduler.lifecycle.agent_reports import (
     WORK_POLL_SECONDS,
@@ -69,6 +73,7 @@ from scheduler.lifecycle.agent_reports import (
     work_estimate,
     work_for,
 )
+from scheduler.lifecycle.job_logs import JobLogs, append_output
 from scheduler.lifecycle.service import JobDetail, JobView
 from scheduler.limits import MAX_TEXT_CHARS
 from scheduler.logs import get_logger, register_secret
@@ -161,6 +166,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _refused(_r: Request, _e: _Unauthorized) -> JSONResponse:
         return _unauthorized()
 
+    install_access_errors(app, _unauthorized)
+
     @app.exception_handler(_BadRequest)
     async def _bad_request(_r: Request, e: _BadRequest) -> JSONResponse:
         return _error(e.status, e.error, e.fix)
@@ -205,9 +212,10 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error(500, "internal error", "see the daemon's log")
 
 
-async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
-    """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``).
-    The route's ``max_body_size`` stops the read with a 413 once the body is over ``MAX_BODY_BYTES``."""
+async def _job_from_request(request: Request, default_team: str | None = None) -> tuple[JobSpec, str]:
+    """A JobSpec from ``{"spec": {...}, "source": "x.yaml"}`` or from raw YAML (``?source=x.yaml``); a job
+    without ``team:`` is ``default_team``'s. The route's ``max_body_size`` stops the read with a 413 once
+    the body is over ``MAX_BODY_BYTES``."""
     body = await request.body()
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype in YAML_TYPES:
@@ -216,7 +224,7 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise _BadRequest(400, "the job file is not UTF-8 text", "save it as UTF-8") from None
-        return await run_in_threadpool(parse_job_text, text, source), source
+        return await run_in_threadpool(lambda: parse_job_text(text, source, default_team=default_team)), source
     if ctype not in JSON_TYPES:
         raise _BadRequest(415, f"cannot read a job from {ctype!r}",
                           "send application/json {\"spec\": ..., \"source\": ...} or application/yaml")
@@ -234,7 +242,7 @@ async def _job_from_request(request: Request) -> tuple[JobSpec, str]:
     if not isinstance(source, str):
         raise _BadRequest(400, "\"source\" must be a file name", "e.g. \"source\": \"helmet.yaml\"")
     source = _file_name(source)
-    return await run_in_threadpool(parse_job, envelope["spec"], source), source
+    return await run_in_threadpool(lambda: parse_job(envelope["spec"], source, default_team=default_team)), source
 
 
 def _file_name(source: str) -> str:
@@ -292,6 +300,15 @@ class AgentFinished(_AgentBody):
     outputs: str | None = Field(default=None, max_length=1024, pattern=r"^(s3|oss|cos)://\S+$")
 
 
+class AgentLogs(_AgentBody):
+    """A batch of the job's output (whole lines), ``offset`` bytes into the attempt's output."""
+
+    job_id: JobId
+    attempt: AttemptNo
+    offset: int = Field(ge=0, le=1 << 50)
+    text: str = Field(max_length=BATCH_BYTES)
+
+
 class AgentReclaiming(_AgentBody):
     """The cloud's spot reclaim notice, passed on by the machine's agent: the machine goes at ``at``."""
 
@@ -324,7 +341,8 @@ def _refusal(r: Refusal) -> _BadRequest:
     return _BadRequest(_REFUSAL_STATUS[r.kind], r.error, r.fix)
 
 
-def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPackage | None = None) -> APIRouter:
+def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPackage | None = None, *,
+                  log_bytes: int = 1 << 20) -> APIRouter:
     """Routes for on-instance agents. Each machine's agent authenticates with its machine token
     (scoped to its instance row), never the API token; every call counts as a heartbeat. The routes
     are thin: the token (and that its instance is not terminated), then whether the job and attempt
@@ -458,6 +476,17 @@ def _agent_router(store: Store, clock: Clock, api_token: str, package: AgentPack
                  outputs=body.outputs)
         return Response(status_code=204)
 
+    @router.post("/logs", status_code=204)
+    def logs(body: AgentLogs, instance_id: str = Depends(machine)) -> Response:
+        """The job's output, in batches (``agent/logship.py``); kept per attempt up to ``log_bytes``."""
+        with store.session() as s:
+            found, problem = assignment(s, instance_id, body.job_id, body.attempt, rank0=True)
+            if found is not None:
+                append_output(s, body.job_id, body.attempt, body.offset, body.text, clock.now(), limit=log_bytes)
+        if problem is not None:
+            raise problem
+        return Response(status_code=204)
+
     @router.post("/reclaiming", status_code=204)
     def reclaiming(body: AgentReclaiming, instance_id: str = Depends(machine)) -> Response:
         """Any node may pass its notice on: losing one node of a gang loses the gang."""
@@ -502,56 +531,103 @@ def create_app(
     ``agent_package`` is the wheel served to machines at ``GET /v1/agent/package`` (when the daemon serves one)."""
     token = require_token(settings)
     register_secret(token)
-    expected = token.encode()
     agent_key = agent_token.signing_key(token)
+    access = Access(store, clock, token)
 
-    def is_api_token(given: str | None) -> bool:
-        return given is not None and secrets.compare_digest(given.encode(), expected)
-
-    def is_machine_token(given: str | None) -> bool:
+    def is_machine_token(given: str | None, _scope: object) -> bool:
         return machine_of(agent_key, clock, given) is not None
-
-    def authorized(request: Request) -> None:
-        if not is_api_token(bearer(request.headers)):
-            raise _Unauthorized()
 
     # No app-wide body limit: it would answer in plain text before AuthFirst; routes that read no
     # body never buffer one (the server reads a body only as fast as the route takes it).
     app = FastAPI(title="gpusched", version="1", docs_url=None, redoc_url=None)
     _install_error_handlers(app)
     # The token before the body: FastAPI would read and parse a body before the routes' dependencies.
-    app.add_middleware(AuthFirst, areas=[("/v1/agent/", is_machine_token), ("/v1/", is_api_token)],
+    app.add_middleware(AuthFirst, areas=[("/v1/agent/", is_machine_token), ("/v1/", access.check)],
                        refuse=_unauthorized, oversized=_announced_too_large)
     install_openapi(app)  # /openapi.json: the job file's body and every error answer (app/openapi.py)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorized)], max_body_size=OTHER_BODY_BYTES)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(access.who)], max_body_size=OTHER_BODY_BYTES)
 
     @v1.post("/jobs", status_code=201, response_model=JobView, max_body_size=MAX_BODY_BYTES)
-    async def submit_job(request: Request) -> JobView:
-        spec, source = await _job_from_request(request)
-        view = await run_in_threadpool(lambda: service.submit(store, clock, spec, source=source))
-        log.info("job_submitted", job_id=view.id, team=view.team, kind=view.kind.value, source=source)
+    async def submit_job(request: Request, who: Principal = Depends(access.who)) -> JobView:
+        refused = may_write(who)  # before the body is read: a viewer's job file is not worth parsing
+        if refused is not None:
+            raise await run_in_threadpool(access.refuse, request, who, "job.submit", refused, target="job")
+        spec, source = await _job_from_request(request, who.default_team())
+        refused = may_act_for(who, spec.team)
+        if refused is not None:
+            raise await run_in_threadpool(access.refuse, request, who, "job.submit",
+                                          f"the job file names team {spec.team}: {refused}",
+                                          target=f"{spec.name} ({source})", team=spec.team,
+                                          fix="submit it with a token of that team, or name one of your teams "
+                                              "in `team:`")
+
+        def recorded(s: Any, view: JobView) -> None:
+            access.allowed(s, request, who, "job.submit", status=201, target=view.id, team=view.team,
+                           detail=f"{view.kind.value} {view.model} {view.name} from {source}")
+
+        view = await run_in_threadpool(lambda: service.submit(store, clock, spec, source=source,
+                                                              submitted_by=who.name, record=recorded))
+        log.info("job_submitted", job_id=view.id, team=view.team, kind=view.kind.value, source=source, by=who.name)
         return view
 
     @v1.get("/jobs", response_model=list[JobView])
     def list_jobs(
+        request: Request,
+        who: Principal = Depends(access.who),
         state: JobState | None = None,
         team: str | None = Query(default=None, max_length=63),
         limit: int = Query(default=100, ge=1, le=service.MAX_LIST),
     ) -> list[JobView]:
-        return service.list_jobs(store, state=state, team=team, limit=limit)
+        refused = may_read(who, team) if team else None
+        if refused is not None:
+            raise access.refuse(request, who, "job.list", refused, target="jobs", team=team)
+        teams = None if who.is_admin else who.teams
+        return service.list_jobs(store, state=state, team=team, limit=limit, teams=teams)
 
     @v1.get("/jobs/{job_id}", response_model=JobDetail)
-    def get_job(job_id: str) -> JobDetail:
-        return service.get_job(store, job_id)
+    def get_job(job_id: str, request: Request, who: Principal = Depends(access.who)) -> JobDetail:
+        detail = service.get_job(store, job_id, fx=settings.fx, currency=settings.report_currency, now=clock.now())
+        refused = may_read(who, detail.team)
+        if refused is not None:
+            raise access.refuse(request, who, "job.read", f"job {job_id} is team {detail.team}'s: {refused}",
+                                target=job_id, team=detail.team)
+        return detail
+
+    @v1.get("/jobs/{job_id}/logs", response_model=JobLogs)
+    def job_logs(
+        job_id: str,
+        request: Request,
+        attempt: int | None = Query(default=None, ge=1, le=1_000_000),
+        offset: int = Query(default=0, ge=0, le=1 << 50),
+        who: Principal = Depends(access.who),
+    ) -> JobLogs:
+        """One attempt's output (the latest by default) from ``offset`` on; ask again from ``next_offset``."""
+        team = service.job_team(store, job_id)
+        refused = may_read(who, team)
+        if refused is not None:
+            raise access.refuse(request, who, "job.logs", f"job {job_id} is team {team}'s: {refused}",
+                                target=job_id, team=team)
+        return service.job_logs(store, job_id, attempt, offset, limit=settings.job_log_bytes)
 
     @v1.post("/jobs/{job_id}/cancel", response_model=JobView)
-    def cancel_job(job_id: str) -> JobView:
-        view = service.cancel(store, clock, job_id)
-        log.info("job_cancelled", job_id=view.id)
+    def cancel_job(job_id: str, request: Request, who: Principal = Depends(access.who)) -> JobView:
+        team = service.job_team(store, job_id)
+        refused = may_act_for(who, team)
+        if refused is not None:
+            raise access.refuse(request, who, "job.cancel", f"job {job_id} is team {team}'s: {refused}",
+                                target=job_id, team=team)
+
+        def recorded(s: Any, view: JobView) -> None:
+            access.allowed(s, request, who, "job.cancel", status=200, target=view.id, team=view.team,
+                           detail=f"{view.name}, now {view.state.value}")
+
+        view = service.cancel(store, clock, job_id, record=recorded)
+        log.info("job_cancelled", job_id=view.id, by=who.name)
         return view
 
     app.include_router(v1)
-    app.include_router(_agent_router(store, clock, token, agent_package))
+    app.include_router(access_router(access))
+    app.include_router(_agent_router(store, clock, token, agent_package, log_bytes=settings.job_log_bytes))
 
     @app.get("/healthz")
     def healthz() -> JSONResponse:

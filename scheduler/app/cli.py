@@ -1,8 +1,10 @@
 """The ``gpusched`` command line (Typer + Rich).
 
-Commands that need the daemon (submit, status, cancel) talk to its HTTP API and
+Commands that need the daemon (submit, status, logs, cancel) talk to its HTTP API and
 say plainly when it cannot be reached. Commands that only read files or the
-store (validate, schema, plan, report, demo) work without it.
+store (validate, schema, plan, report, demo) work without it. Some commands live in
+their own modules beside this one (``cli_jobs``, ``cli_clouds``, ``cli_shell``) and are
+added to ``app`` here; listings take ``--json``.
 
 Every failure is one line on stderr, ``error: <what is wrong>; fix: <what to do>``
 (a job file adds one line per field at fault), and an exit status (README, "Exit statuses"):
@@ -36,6 +38,9 @@ try:  # typer vendors click from 0.2x on; before, it used click itself
 except ImportError:  # pragma: no cover - older typer
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
 
+from scheduler.app import cli_clouds, cli_jobs, cli_progress, cli_shell
+from scheduler.app.cli_text import print_json, shown
+from scheduler.app.cli_tokens import register as register_token_commands
 from scheduler.errors import (
     DaemonUnreachable,
     GpuschedError,
@@ -52,12 +57,6 @@ EXIT_UNREACHABLE = 3
 out = Console()
 err = Console(stderr=True)
 _show_traceback = False
-
-
-def shown(value: object) -> str:
-    """``value`` as Rich prints it literally: markup escaped, characters the terminal cannot encode as escapes."""
-    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
-    return escape(text)
 
 
 def _one_line(text: str) -> str:
@@ -136,16 +135,19 @@ app = typer.Typer(
     help="Schedule YOLOv9 jobs on rented cloud GPUs as cheaply as their deadlines allow.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion; `gpusched completion SHELL` prints it
 )
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+register_token_commands(app)  # `token create|list|revoke|whoami` and `audit` (cli_tokens.py)
 
 
 @app.callback()
 def _root(
     traceback: bool = typer.Option(False, "--traceback", help="on an unexpected error, show its traceback "
                                    "(for a bug report) instead of one line"),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=cli_shell.print_version,
+                                 help="print gpusched's version and exit"),
 ) -> None:
     global _show_traceback
     _show_traceback = traceback
@@ -292,9 +294,17 @@ def submit(file: Path = typer.Argument(..., help="the job.yaml to submit")) -> N
     from scheduler.jobs.jobfile import load_job_file
 
     settings = _settings()
-    spec = load_job_file(file)
-    job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
-    out.print(f"submitted [bold]{shown(job.id)}[/bold] ({spec.name}, team {spec.team}): {shown(job.state)}")
+    try:
+        spec = load_job_file(file)
+    except JobFileError as exc:
+        if not any(p.field == "team" for p in exc.problems):
+            raise
+        # No team in the file: the daemon takes the token's own team (or says which to name).
+        job = _client(settings).submit_text(file.read_text(encoding="utf-8"), source=str(file))
+    else:
+        job = _client(settings).submit(spec.model_dump(mode="json"), source=str(file))
+    out.print(f"submitted [bold]{shown(job.id)}[/bold] ({shown(job.name)}, team {shown(job.team)}): "
+              f"{shown(job.state)}")
     out.print(f"watch it with: gpusched status {shown(job.id)}", highlight=False)
 
 
@@ -303,23 +313,32 @@ def status(
     job_id: Optional[str] = typer.Argument(None, help="a job id for its details; omit to list jobs"),
     state: Optional[str] = typer.Option(None, help="only jobs in this state"),
     team: Optional[str] = typer.Option(None, help="only this team's jobs"),
+    as_json: bool = typer.Option(False, "--json", help="the daemon's answer as JSON, as it came"),
 ) -> None:
-    """List jobs, or show one job with its attempts and events."""
+    """List jobs, or one job: its state, where it runs, progress, cost, plan and last events."""
+    from scheduler.app.cli_jobs import job_summary
+
     settings = _settings()
     client = _client(settings)
     if job_id:
-        detail = client.get_job(job_id)
-        out.print_json(detail.model_dump_json())
+        if as_json:
+            print_json(client.get_job_json(job_id))
+        else:
+            out.print(job_summary(client.get_job(job_id)), highlight=False)
+        return
+    if as_json:
+        print_json(client.list_jobs_json(state=state, team=team))
         return
     jobs = client.list_jobs(state=state, team=team)
     table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "name", "team", "kind", "state", "progress", "reason"):
+    for col in ("id", "name", "team", "by", "kind", "state", "progress", "reason"):
         table.add_column(col, overflow="fold")
     for j in jobs:
         unit = "shards" if j.kind == "infer" else "ep"
         progress = f"{j.epochs_done}/{j.epochs_total} {unit}" if j.epochs_total else ""
         # The reason may be a machine's own words (a finish message): shown literally.
-        table.add_row(*(shown(v) for v in (j.id, j.name, j.team, j.kind, j.state, progress, j.reason or "")))
+        table.add_row(*(shown(v) for v in (j.id, j.name, j.team, j.submitted_by or "", j.kind, j.state, progress,
+                                           j.reason or "")))
     out.print(table)
 
 
@@ -328,6 +347,9 @@ def cancel(job_id: str = typer.Argument(..., help="the job to cancel")) -> None:
     """Cancel a job; its machine is freed on the daemon's next tick."""
     job = _client(_settings()).cancel(job_id)
     out.print(f"{shown(job.id)}: {shown(job.state)}", highlight=False)
+
+
+cli_jobs.register(app, lambda: _client(_settings()), err)  # `gpusched logs`
 
 
 @app.command(hidden=True)
@@ -378,10 +400,11 @@ def report(
     reconcile: Optional[bool] = typer.Option(None, "--reconcile/--no-reconcile",
                                              help="match the clouds' own bills (GPUSCHED_BILLS) to the ledger in "
                                              "the report [default: when GPUSCHED_BILLS is set]"),
+    progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Write the monthly cost report (HTML with charts, CSV, Markdown, XLSX, PDF) from the store; --send delivers it."""
     from scheduler.accounting.delivery import channels_configured
-    from scheduler.accounting.report_delivery import write_and_send
+    from scheduler.accounting.report_delivery import REPORT_STEPS, write_and_send
     from scheduler.app.cli_bills import bill_readers
     from scheduler.app.startup import open_store
     from scheduler.clock import SystemClock
@@ -397,8 +420,15 @@ def report(
     if send:
         _setup_logging(settings)
     store = open_store(settings)  # the data folder and the store checked: one line each when they are not sound
+    steps = [n for n in REPORT_STEPS if (n != "focus" or focus) and (n != "send" or send)]
     try:
-        sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store, focus=focus, bills=readers)
+        with cli_progress.Bar(err, f"report {month}", len(steps), enabled=cli_progress.wanted(progress, err)) as bar:
+            def step(name: str) -> None:
+                bar.update(steps.index(name) if name in steps else 0, status=name)
+
+            sent = write_and_send(settings, month, out_dir=out_dir, send=send, store=store, focus=focus,
+                                  bills=readers, step=step)
+            bar.update(len(steps), status="written")
     finally:
         store.dispose()
     for kind, path in sent.paths.items():
@@ -445,12 +475,18 @@ def demo(
     seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
     via_emulators: bool = typer.Option(False, "--via-emulators",
                                        help="reach Alibaba and Tencent through their real SDKs and the HTTP emulators"),
+    progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
-    from scheduler.simulation.demo import run_demo
+    from scheduler.simulation.demo import SCHEDULE, START, DemoProgress, run_demo
 
     _writable_folder(out_dir, "--out")
-    run_demo(out_dir=out_dir, seed=seed, console=out, via_emulators=via_emulators)
+    with cli_progress.Bar(err, "demo: jobs done", len(SCHEDULE), enabled=cli_progress.wanted(progress, err),
+                          out=out) as bar:
+        def tell(p: DemoProgress) -> None:
+            bar.update(p.jobs_done, status=f"day {(p.now - START).total_seconds() / 86400:.1f}, {p.ticks:,} ticks")
+
+        run_demo(out_dir=out_dir, seed=seed, console=bar.console, via_emulators=via_emulators, progress=tell)
 
 
 bench_app = typer.Typer(help="Benchmarks on data the project did not make.", no_args_is_help=True)
@@ -489,6 +525,7 @@ def trace_generate(
     jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
     family: str = typer.Option("standard", help="kind of month: standard (the one the planner was tuned on), "
                                "long-training, tight-deadlines, heavy-inference, mixed"),
+    progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
     from scheduler.simulation.traces import main as generate
@@ -497,7 +534,10 @@ def trace_generate(
             "--family", family]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
-    raise typer.Exit(generate(argv))
+    with cli_progress.Bar(err, f"trace {month}: team streams", 3 * teams,
+                          enabled=cli_progress.wanted(progress, err)) as bar:
+        code = generate(argv, progress=lambda done, total: bar.update(done, total))
+    raise typer.Exit(code)
 
 
 @trace_app.command("export")
@@ -643,79 +683,10 @@ def _print_fair_score(summary) -> None:
         err.print(f"  {n:>5}  {reason}: {REASONS[reason]}", highlight=False)
 
 
-@app.command()
-def perf(
-    model: Optional[list[str]] = typer.Option(None, help="only these models (repeat the option)"),
-    gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option)"),
-) -> None:
-    """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs."""
-    from scheduler.app.startup import open_store
-    from scheduler.lifecycle.perf_learning import perf_table
-
-    store = open_store(_settings())
-    with store.session(write=False) as s:
-        rows = perf_table(s, models=model or None, gpus=gpu or None)
-    store.dispose()
-    table = Table(title="training rate per GPU (images/s)")
-    for col in ("model", "GPU", "img", "rate", "source", "samples", "prior", "last measured"):
-        table.add_column(col)
-    for r in rows:
-        style = "bold" if r.source == "measured" else ""
-        table.add_row(shown(r.model), shown(r.gpu), str(r.img_size), f"{r.rate_img_s:.1f}", r.source, str(r.samples),
-                      f"{r.prior_rate:.1f}", f"{r.last_seen:%Y-%m-%d %H:%M}" if r.last_seen else "-", style=style)
-    out.print(table)
-
-
 providers_app = typer.Typer(help="Cloud providers: credentials, reachability, offers.", no_args_is_help=True)
 app.add_typer(providers_app, name="providers")
-
-
-@providers_app.command("check")
-def providers_check() -> None:
-    """One line per provider: can we reach it with these credentials? (No secret is printed.)"""
-    from providers.registry import build_providers, check_provider
-    from scheduler.clock import SystemClock
-
-    settings = _settings()
-    _setup_logging(settings)
-    failed = 0
-    for name, provider in sorted(build_providers(settings, SystemClock()).items()):
-        ok, detail = check_provider(provider, settings.cluster)
-        failed += not ok
-        mark = "[green]ok[/green]  " if ok else "[red]FAIL[/red]"
-        out.print(f"{mark} {name:<8} {shown(detail)}", highlight=False)
-    if failed:
-        raise typer.Exit(EXIT_FAILED)
-
-
-@app.command()
-def offers(
-    gpu: Optional[str] = typer.Option(None, help="only this GPU model, e.g. A10"),
-    provider: Optional[str] = typer.Option(None, help="only this provider"),
-    region: Optional[str] = typer.Option(None, help="only this region"),
-) -> None:
-    """Live offers from the configured providers (catalog prices where a cloud gives none)."""
-    from providers.registry import build_providers
-    from scheduler.clock import SystemClock
-    from scheduler.gpus import canonical_gpu
-
-    settings = _settings()
-    _setup_logging(settings)
-    gpu = canonical_gpu(gpu) or gpu if gpu else gpu  # A100, a10g ... as in job files
-    rows = []
-    for name, prov in sorted(build_providers(settings, SystemClock()).items()):
-        if provider and name != provider:
-            continue
-        rows += [o for o in prov.offers([region] if region else None) if gpu is None or o.gpu == gpu]
-    table = Table(title=f"{len(rows)} offer(s)")
-    for col in ("cloud", "zone", "instance type", "GPU", "vCPU", "on-demand /h", "spot /h", "stock", "price source"):
-        table.add_column(col, overflow="fold")
-    for o in sorted(rows, key=lambda o: (o.gpu, o.provider, o.zone, o.instance_type)):
-        table.add_row(shown(o.provider), shown(o.zone), shown(o.instance_type), f"{o.gpu_count}x {o.gpu}", str(o.vcpus),
-                      str(o.on_demand.per_hour) if o.on_demand else "-", str(o.spot.per_hour) if o.spot else "-",
-                      f"{o.on_demand_stock.value}/{o.spot_stock.value}",
-                      (o.spot or o.on_demand).source if (o.spot or o.on_demand) else "")
-    out.print(table)
+cli_clouds.register(app, providers_app, lambda: _settings(), out)  # `perf`, `providers check`, `offers`
+cli_shell.register(app)  # `gpusched completion SHELL`
 
 
 @db_app.command("upgrade")

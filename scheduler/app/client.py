@@ -7,12 +7,14 @@ CLI prints it exactly as it prints a local validation error), an unknown id.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError
 
+from scheduler.app.roles import Principal
 from scheduler.errors import (
     DaemonUnreachable,
     FieldProblem,
@@ -21,10 +23,13 @@ from scheduler.errors import (
     NotFoundError,
     UserError,
 )
+from scheduler.lifecycle.job_logs import JobLogs
 from scheduler.lifecycle.service import JobDetail, JobView
 from scheduler.states import JobState
+from scheduler.store.audit import AuditEntry
+from scheduler.store.tokens import IssuedToken, TokenInfo
 
-M = TypeVar("M", JobView, JobDetail)
+M = TypeVar("M", JobView, JobDetail, JobLogs, IssuedToken, TokenInfo, AuditEntry, Principal)
 
 UNREACHABLE_FIX = "start it with `gpusched daemon` (or set GPUSCHED_API_URL)"
 TOKEN_FIX = "set GPUSCHED_API_TOKEN to the daemon's token (in the environment or .env)"
@@ -64,6 +69,12 @@ class ApiClient:
     def list_jobs(
         self, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
     ) -> list[JobView]:
+        return [self._parse(JobView, j) for j in self.list_jobs_json(state=state, team=team, limit=limit)]
+
+    def list_jobs_json(
+        self, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
+    ) -> list[Any]:
+        """``list_jobs`` as the daemon answered it (checked, not rebuilt): for ``--json``."""
         params: dict[str, str | int] = {"limit": limit}
         if state:
             params["state"] = str(state)
@@ -72,13 +83,51 @@ class ApiClient:
         body = self._call("GET", "/v1/jobs", params=params)
         if not isinstance(body, list):
             raise self._mismatch("a list of jobs")
-        return [self._parse(JobView, j) for j in body]
+        for j in body:
+            self._parse(JobView, j)
+        return body
 
     def get_job(self, job_id: str) -> JobDetail:
-        return self._parse(JobDetail, self._call("GET", f"/v1/jobs/{_path_part(job_id)}"))
+        return self._parse(JobDetail, self.get_job_json(job_id))
+
+    def get_job_json(self, job_id: str) -> Any:
+        """``get_job`` as the daemon answered it (checked, not rebuilt): for ``--json``."""
+        body = self._call("GET", f"/v1/jobs/{_path_part(job_id)}")
+        self._parse(JobDetail, body)
+        return body
+
+    def logs(self, job_id: str, *, attempt: int | None = None, offset: int = 0) -> JobLogs:
+        """One attempt's output (the latest by default) from ``offset`` on; ask again from ``next_offset``."""
+        params: dict[str, int] = {"offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        return self._parse(JobLogs, self._call("GET", f"/v1/jobs/{_path_part(job_id)}/logs", params=params))
 
     def cancel(self, job_id: str) -> JobView:
         return self._parse(JobView, self._call("POST", f"/v1/jobs/{_path_part(job_id)}/cancel"))
+
+    # --- tokens and the audit log (app/access.py)
+
+    def whoami(self) -> Principal:
+        return self._parse(Principal, self._call("GET", "/v1/whoami"))
+
+    def create_token(self, *, name: str, role: str, teams: list[str], expires_in_seconds: int | None) -> IssuedToken:
+        body = {"name": name, "role": role, "teams": teams, "expires_in_seconds": expires_in_seconds}
+        return self._parse(IssuedToken, self._call("POST", "/v1/tokens", json=body))
+
+    def list_tokens(self) -> list[TokenInfo]:
+        return self._parse_list(TokenInfo, self._call("GET", "/v1/tokens"), "a list of tokens")
+
+    def revoke_token(self, token_id: str) -> TokenInfo:
+        return self._parse(TokenInfo, self._call("POST", f"/v1/tokens/{_path_part(token_id, 'token')}/revoke"))
+
+    def audit(self, *, since: datetime | None = None, team: str | None = None, limit: int = 1000) -> list[AuditEntry]:
+        params: dict[str, str | int] = {"limit": limit}
+        if since is not None:
+            params["since"] = since.isoformat()
+        if team:
+            params["team"] = team
+        return self._parse_list(AuditEntry, self._call("GET", "/v1/audit", params=params), "audit log entries")
 
     def health(self) -> dict[str, Any]:
         """The daemon's /healthz answer; an unhealthy daemon (503) still answers with its status."""
@@ -103,6 +152,11 @@ class ApiClient:
             return model.model_validate(data)
         except ValidationError:
             raise self._mismatch(f"a {model.__name__}") from None
+
+    def _parse_list(self, model: type[M], data: Any, wanted: str) -> list[M]:
+        if not isinstance(data, list):
+            raise self._mismatch(wanted)
+        return [self._parse(model, item) for item in data]
 
     def _mismatch(self, wanted: str) -> GpuschedError:
         return GpuschedError(
@@ -136,6 +190,9 @@ class ApiClient:
         if status == 401:
             if not self._has_token:
                 raise UserError("the daemon wants an API token and none is set", fix=TOKEN_FIX)
+            if error.startswith("the API token") or error.startswith("GPUSCHED_API_TOKEN"):
+                raise UserError(f"the daemon refused the API token: {error.removeprefix('the API token ')}",
+                                fix=fix or TOKEN_FIX)  # revoked, expired, or the shared one retired: it says so
             raise UserError("the daemon refused the API token", fix=TOKEN_FIX)
         if status == 422 and isinstance(body.get("problems"), list):
             problems = [
@@ -153,11 +210,12 @@ class ApiClient:
         )
 
 
-def _path_part(job_id: str) -> str:
+def _path_part(item_id: str, what: str = "job") -> str:
     # A slash or ".." would reach another route, even escaped (the server decodes %2F first).
-    if not job_id or "/" in job_id or job_id in (".", ".."):
-        raise NotFoundError(f"no job {job_id!r}", fix="list jobs with `gpusched status`")
-    return quote(job_id, safe="")
+    if not item_id or "/" in item_id or item_id in (".", ".."):
+        listing = "gpusched status" if what == "job" else f"gpusched {what} list"
+        raise NotFoundError(f"no {what} {item_id!r}", fix=f"list {what}s with `{listing}`")
+    return quote(item_id, safe="")
 
 
 def _json(response: httpx.Response, base_url: str) -> Any:

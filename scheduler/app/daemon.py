@@ -12,6 +12,13 @@ the last ``FAILING_TICKS`` ticks raised, or none has succeeded for ``MIN_STALL``
 ``STALL_TICKS`` ticks), with the last tick error in the body. A job the tick cannot
 handle is set aside by the tick itself and does not make it fail; ``/metrics``
 counts both (``gpusched_tick_errors_total``, ``gpusched_jobs_set_aside_total``).
+
+With a ``Leadership`` (several daemons on one database) the daemon renews the leader lease every
+``renew_seconds`` on a job of its own, and only the leader runs the tick, the report and the budget
+alerts; a follower's tick is a round that finds it does not lead (it still counts, so a follower is
+neither stalled nor failing). A report due while this daemon follows waits up to
+``REPORT_MISFIRE_GRACE_S`` for it to lead: the leader that died at the report's hour does not take
+the month's report with it (the report's own claim keeps it from going out twice).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from scheduler.app.api import require_token
 from scheduler.app.metrics import DaemonMetrics, render
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import GpuschedError, ProviderError, SettingsError, UserError
+from scheduler.lifecycle.leadership import Leadership
 from scheduler.logs import get_logger
 from scheduler.settings import Settings
 from scheduler.store.database import Store
@@ -46,6 +54,8 @@ log = get_logger(__name__)
 TICK_JOB = "tick"
 REPORT_JOB = "monthly-report"
 BUDGET_JOB = "budget-alerts"
+LEASE_JOB = "leader-lease"
+REPORT_CATCH_UP_JOB = "monthly-report-catch-up"
 # A report that could not start on time (the pool busy) may still start this late.
 REPORT_MISFIRE_GRACE_S = 3600
 MIN_STALL = timedelta(minutes=5)
@@ -53,6 +63,14 @@ STALL_TICKS = 10
 FAILING_TICKS = 3  # this many failed ticks in a row make the daemon not ready
 # APScheduler fires on the wall clock whatever clock the tick itself reads.
 _SCHEDULER_CLOCK = SystemClock()
+
+
+@dataclass(frozen=True)
+class FollowerRound:
+    """What a tick is on a daemon that does not lead: nothing done, on purpose."""
+
+    led: bool = False
+    set_aside: int = 0
 
 
 @dataclass
@@ -101,6 +119,7 @@ class Daemon:
         budget_check: Callable[[], object] | None = None,
         app: FastAPI | None = None,
         wall: Clock | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         require_token(settings)  # refuse to start an API that anyone could use
         self.settings = settings
@@ -111,6 +130,8 @@ class Daemon:
         self._tick = tick
         self._report = monthly_report
         self._budget_check = budget_check
+        self.leadership = leadership
+        self._report_due_until: datetime | None = None  # a report this follower owes if it leads in time
         self._tick_trigger = IntervalTrigger(seconds=settings.tick_seconds, timezone=timezone.utc)
         self._report_trigger = _cron(settings.report_cron)
         self.scheduler = BackgroundScheduler(timezone=timezone.utc)
@@ -118,7 +139,7 @@ class Daemon:
         self._ticks = _Runs()
         self._reports = _Runs()
         self.registry = CollectorRegistry(auto_describe=True)
-        self.counters = DaemonMetrics(self.registry)
+        self.counters = DaemonMetrics(self.registry, leader_from_lease=leadership is not None)
         self._budget_checks = _Runs()
         self._started_wall: datetime | None = None
         self._server: uvicorn.Server | None = None
@@ -130,6 +151,18 @@ class Daemon:
         """Register the tick (first one at once) and the report, and start the scheduler. Idempotent."""
         if self.scheduler.running:
             return
+        if self.leadership is not None:
+            self.run_lease()  # before the first tick, so that a daemon alone leads from its first tick
+            self.scheduler.add_job(
+                self.run_lease,
+                IntervalTrigger(seconds=self.leadership.renew_seconds, timezone=timezone.utc),
+                id=LEASE_JOB,
+                name="leader lease",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=max(1, int(self.leadership.renew_seconds)),
+                replace_existing=True,
+            )
         self.scheduler.add_job(
             self.run_tick,
             self._tick_trigger,
@@ -172,17 +205,58 @@ class Daemon:
         )
 
     def run_tick(self) -> None:
-        """One lifecycle tick; never raises (the error is logged and kept for /healthz)."""
-        self._run(self._tick, self._ticks, "tick")
+        """One lifecycle tick (on a follower, a round that does nothing); never raises (the error is logged
+        and kept for /healthz)."""
+        self._run(self._tick if self._leads() else FollowerRound, self._ticks, "tick")
 
     def run_monthly_report(self) -> None:
-        """The monthly report; never raises."""
+        """The monthly report; never raises. A follower owes it for ``REPORT_MISFIRE_GRACE_S`` instead."""
+        if not self._leads():
+            with self._lock:
+                self._report_due_until = self.wall.now() + timedelta(seconds=REPORT_MISFIRE_GRACE_S)
+            log.info("monthly_report_deferred", why="this daemon follows; the leader sends it, or this daemon "
+                     "if it leads within the grace period and the month is still unsent",
+                     grace_s=REPORT_MISFIRE_GRACE_S)
+            return
+        with self._lock:
+            self._report_due_until = None
         self._run(self._report, self._reports, "monthly_report")
 
     def run_budget_check(self) -> None:
-        """Team budget alerts (scheduler/accounting/budget_alerts.py); never raises."""
-        if self._budget_check is not None:
+        """Team and project budget alerts (scheduler/accounting/budget_alerts.py), by the leader; never raises."""
+        if self._budget_check is not None and self._leads():
             self._run(self._budget_check, self._budget_checks, "budget_check")
+
+    def _leads(self) -> bool:
+        return self.leadership is None or self.leadership.leads()
+
+    def run_lease(self) -> None:
+        """Take or renew the leader lease; never raises (a database that is down is logged: leadership then
+        lasts as long as the lease last got). A report this daemon owes runs once it leads."""
+        assert self.leadership is not None
+        try:
+            renewal = self.leadership.renew()
+        except Exception as exc:  # noqa: BLE001 - the next renewal tries again
+            log.warning("lease_renew_failed", error=_describe(exc), leads=self.leadership.leads())
+        else:
+            self.counters.lease_seen(leads=self.leadership.leads(), holder=renewal.lease.holder,
+                                     term=renewal.lease.term, changes=renewal.changes)
+            self._catch_up_report()
+            return
+        self.counters.lease_seen(leads=self.leadership.leads(), holder=None, term=None, changes=0)
+
+    def _catch_up_report(self) -> None:
+        with self._lock:
+            due = self._report_due_until
+            if due is None or not self._leads():
+                return
+            self._report_due_until = None
+        if self.wall.now() > due:
+            log.warning("monthly_report_not_sent_by_this_daemon", why="it did not lead within the grace period")
+            return
+        if self.scheduler.running:
+            self.scheduler.add_job(self.run_monthly_report, id=REPORT_CATCH_UP_JOB, name="monthly report (owed)",
+                                   replace_existing=True)
 
     def _run(self, job: Callable[[], object], runs: _Runs, what: str) -> None:
         started = self.clock.now()
@@ -258,7 +332,8 @@ class Daemon:
         return "ok"
 
     def health(self) -> dict[str, Any]:
-        """For /healthz: status ok | stopped | stalled, when the tick and report last ran, the database.
+        """For /healthz: status ok | stopped | stalled, when the tick and report last ran, the database; with
+        a leadership, this daemon's role and the lease's holder, term and expiry (a follower is ready too).
 
         A database outage is shown but does not make the daemon unhealthy: a restart would not fix it.
         """
@@ -274,7 +349,7 @@ class Daemon:
                 status = "failing"
             else:
                 status = "ok"
-            return {
+            body: dict[str, Any] = {
                 "status": status,
                 "last_tick": _iso(t.last_at),
                 "last_tick_ok": _iso(t.last_ok_at),
@@ -293,6 +368,11 @@ class Daemon:
                 if self._budget_checks.consecutive_errors else None,
                 "database": database,
             }
+        if self.leadership is not None:
+            leader = self.leadership.view()
+            body["role"] = "leader" if leader["leads"] else "follower"
+            body["leader"] = leader
+        return body
 
     def _next_report(self) -> str | None:
         job = self.scheduler.get_job(REPORT_JOB) if self.scheduler.running else None
@@ -347,6 +427,11 @@ class Daemon:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
             log.info("daemon_stopped", reason=self._stop_signal or "server ended", ticks=self._ticks.count)
+            if self.leadership is not None:
+                try:  # hand over now rather than make the next leader wait out the lease
+                    self.leadership.release()
+                except Exception as exc:  # noqa: BLE001 - the lease then simply runs out
+                    log.warning("lease_release_failed", error=_describe(exc))
 
     @contextmanager
     def _stop_on_signals(self) -> Iterator[None]:

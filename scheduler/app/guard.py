@@ -4,8 +4,11 @@ FastAPI reads and parses a route's body before it runs the route's dependencies,
 checked in a dependency alone lets anyone make the daemon read a body (a 200 MiB one, before this
 existed) only to be told 401 afterwards. ``AuthFirst`` is a pure ASGI middleware in front of the
 routes: it checks the bearer token of every guarded path from the request's headers and answers 401
-at once, without reading the body. The routes' own dependencies still check the token (and, for a
-machine, its instance row) afterwards.
+at once, without reading the body. What a check answers for a token it accepts (an API caller's
+``Principal``) is left in the request's state as ``auth``, so a route's dependency need not look the
+token up again; a check may also answer a refusal of its own (a revoked token's 401 says so). The
+checks run in a worker thread: one may read the store. The routes' own dependencies still check the
+token (and, for a machine, its instance row) afterwards.
 
 The body limits themselves are FastAPI's ``max_body_size`` on the app, routers and routes: counted
 while the body streams in (chunked bodies included), 413 once over the limit. A ``Content-Length``
@@ -18,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# A check of the bearer token a request gives (None: no bearer token at all).
-TokenCheck = Callable[[str | None], bool]
+# A check of the bearer token a request gives (None: no bearer token at all) and of the request's scope:
+# something true (what the token is) to let it through, a Response to refuse it with, or false for ``refuse()``.
+TokenCheck = Callable[[str | None, Scope], object]
 CLOSE_AFTER = frozenset({401, 413})
 
 
@@ -49,7 +54,15 @@ class AuthFirst:
         path: str = scope["path"]
         headers = Headers(scope=scope)
         check = next((c for prefix, c in self.areas if path.startswith(prefix)), None)
-        response = self.refuse() if check is not None and not check(bearer(headers)) else None
+        response = None
+        if check is not None:
+            verdict = await run_in_threadpool(check, bearer(headers), scope)
+            if isinstance(verdict, Response):
+                response = verdict
+            elif not verdict:
+                response = self.refuse()
+            else:
+                scope.setdefault("state", {})["auth"] = verdict
         declared = headers.get("content-length", "")
         if response is None and declared.isdigit():
             response = self.oversized(scope["method"], path, int(declared))

@@ -7,7 +7,8 @@ Two sources, on purpose:
   capacity, budgets, reclaims by cloud / zone / GPU, idle stops, orphans terminated. Counted from rows,
   these survive a restart and read the same on every replica (alert on ``max`` across replicas).
 - ``DaemonMetrics`` is what only the running process sees: ticks, tick failures, tick duration, jobs set
-  aside, cloud API errors by vendor code, and whether this daemon held the tick lock on its last tick.
+  aside, cloud API errors by vendor code, and leadership: whether this daemon holds the leader lease, who
+  does as it last read the lease, and how often the lease changed hands.
 
 Money is a float in the report currency (label ``currency``), converted with the settings' FX rates:
 Prometheus has no Decimal, and a dashboard adds series, so one currency it must be.
@@ -183,7 +184,10 @@ def _le(bound: float) -> str:
 class DaemonMetrics:
     """The running daemon's own series, in a registry of their own (one per daemon, so tests can make many)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, *, leader_from_lease: bool = False) -> None:
+        """``leader_from_lease``: ``gpusched_leader`` follows the leader lease's renewals (``lease_seen``);
+        without one (a lone daemon, tests) it follows whether the last tick got the tick lock."""
+        self.leader_from_lease = leader_from_lease
         self.ticks = PromCounter("gpusched_ticks", "Lifecycle ticks run since the daemon started.", registry=registry)
         self.tick_errors = PromCounter("gpusched_tick_errors", "Lifecycle ticks that raised.", registry=registry)
         self.tick_errors_in_a_row = Gauge("gpusched_tick_errors_in_a_row",
@@ -197,8 +201,15 @@ class DaemonMetrics:
                                registry=registry)
         self.cloud_errors = PromCounter("gpusched_cloud_api_errors", "Cloud API calls that failed after retries, "
                                         "by cloud and the vendor's error code.", ["cloud", "code"], registry=registry)
-        self.leader = Gauge("gpusched_leader", "1 when this daemon held the tick lock on its last tick (it leads), "
-                            "0 when another daemon did.", registry=registry)
+        self.leader = Gauge("gpusched_leader", "1 while this daemon leads (holds the leader lease and runs the "
+                            "tick), 0 while it follows.", registry=registry)
+        self.leader_info = Gauge("gpusched_leader_info", "1 on the series naming the daemon that holds the leader "
+                                 "lease, as this daemon last read it (no series while nobody holds it).",
+                                 ["holder"], registry=registry)
+        self.leader_term = Gauge("gpusched_leader_term", "The leader lease's term as this daemon last read it: it "
+                                 "grows by one each time the lease changes hands.", registry=registry)
+        self.leadership_changes = PromCounter("gpusched_leadership_changes", "Times the leader lease changed "
+                                              "hands, as seen by this daemon since it started.", registry=registry)
         self.reports = PromCounter("gpusched_reports", "Monthly report runs since the daemon started.",
                                    registry=registry)
         self.report_errors = PromCounter("gpusched_report_errors", "Monthly report runs that raised.",
@@ -218,12 +229,24 @@ class DaemonMetrics:
         if isinstance(set_aside, int) and set_aside > 0:
             self.set_aside.inc(set_aside)
         led = getattr(result, "led", None)
-        if isinstance(led, bool):
+        if isinstance(led, bool) and not self.leader_from_lease:
             self.leader.set(1 if led else 0)
         errors = getattr(result, "cloud_errors", None)
         if isinstance(errors, Mapping):
             for (cloud, code), n in errors.items():
                 self.cloud_errors.labels(cloud=cloud, code=code).inc(n)
+
+    def lease_seen(self, *, leads: bool, holder: str | None, term: int | None, changes: int) -> None:
+        """After each renewal of the leader lease: ``holder``/``term`` None when the lease could not be read."""
+        self.leader.set(1 if leads else 0)
+        if holder is not None:
+            self.leader_info.clear()
+            if holder:
+                self.leader_info.labels(holder=holder).set(1)
+        if term is not None:
+            self.leader_term.set(term)
+        if changes > 0:
+            self.leadership_changes.inc(changes)
 
     def cloud_error(self, cloud: str, code: str) -> None:
         """A cloud error that made the whole tick fail (the tick's own report never came back)."""

@@ -52,7 +52,8 @@ def _error(description: str, model: type[BaseModel] = ErrorBody) -> dict[str, An
 
 
 BAD_REQUEST = _error("Bad request: a parameter or body that does not fit (the message names it)")
-UNAUTHORIZED = _error("Missing or wrong bearer token")
+UNAUTHORIZED = _error("Missing or wrong bearer token (or a revoked or expired one)")
+FORBIDDEN = _error("The token's role or teams do not allow this (the message says why); the call is audited")
 TOO_LARGE = _error("The body is over the limit")
 
 # The answers each route gives besides its success, by (method, path).
@@ -63,10 +64,12 @@ _ANSWERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "422": _error("The job file is at fault: every problem, field by field", JobFileErrorBody),
     },
     ("get", "/v1/jobs/{job_id}"): {"404": _error("No such job")},
+    ("get", "/v1/jobs/{job_id}/logs"): {"404": _error("No such job, or no such attempt of it")},
     ("post", "/v1/jobs/{job_id}/cancel"): {
         "404": _error("No such job"),
         "400": _error("The job has already finished: nothing to cancel"),
     },
+    ("post", "/v1/tokens/{token_id}/revoke"): {"404": _error("No such token")},
     ("get", "/metrics"): {"200": {"description": "Prometheus text exposition: jobs and instances by state, "
                                                  "the daemon's tick and report counters",
                                   "content": {"text/plain": {"schema": {"type": "string"}}}}},
@@ -107,7 +110,8 @@ def complete(doc: dict[str, Any]) -> dict[str, Any]:
         schemas[model.__name__] = model.model_json_schema(ref_template=_REF + "{model}")
     schemas.update(_job_file_schemas())
     doc["components"]["securitySchemes"] = {
-        "apiToken": {"type": "http", "scheme": "bearer", "description": "GPUSCHED_API_TOKEN"},
+        "apiToken": {"type": "http", "scheme": "bearer",
+                     "description": "a person's or service's token (`gpusched token create`), or GPUSCHED_API_TOKEN"},
         "machineToken": {"type": "http", "scheme": "bearer",
                          "description": "the token the daemon gave the machine at launch"},
     }
@@ -128,6 +132,7 @@ def complete(doc: dict[str, Any]) -> dict[str, Any]:
             elif path.startswith("/v1/"):
                 op["security"] = [{"apiToken": []}]
                 answers.setdefault("401", UNAUTHORIZED)
+                answers.setdefault("403", FORBIDDEN)
                 answers.setdefault("400", BAD_REQUEST)
                 if method == "post":
                     answers.setdefault("413", TOO_LARGE)

@@ -76,8 +76,9 @@ def load_job_file(path: str | Path) -> JobSpec:
     return parse_job_text(text, source)
 
 
-def parse_job_text(text: str, source: str) -> JobSpec:
-    """Parse YAML (JSON is YAML too) and validate it; ``source`` names it in errors."""
+def parse_job_text(text: str, source: str, *, default_team: str | None = None) -> JobSpec:
+    """Parse YAML (JSON is YAML too) and validate it; ``source`` names it in errors. ``default_team``: the
+    team of a file that names none (the API's caller's only team)."""
     if len(text) > MAX_FILE_BYTES:
         raise _fail(source, f"is larger than {MAX_FILE_BYTES // 1024} KiB; a job file is a few hundred bytes")
     try:
@@ -95,16 +96,19 @@ def parse_job_text(text: str, source: str) -> JobSpec:
         raise too_deep(source) from None
     if data is None:
         raise _fail(source, "the file is empty (or holds only comments)")
-    return parse_job(data, source)
+    return parse_job(data, source, default_team=default_team)
 
 
-def parse_job(data: object, source: str = "<job>") -> JobSpec:
-    """Validate an already parsed document (a dict from YAML or the HTTP API's JSON)."""
+def parse_job(data: object, source: str = "<job>", *, default_team: str | None = None) -> JobSpec:
+    """Validate an already parsed document (a dict from YAML or the HTTP API's JSON); ``default_team`` is
+    the team of a document without ``team:``."""
     if not isinstance(data, Mapping):
         raise _fail(
             source,
             f"the top level must be a mapping of keys (name:, team:, kind: ...), not {kind_of(data)}",
         )
+    if default_team is not None and "team" not in data:
+        data = {**data, "team": default_team}
     too_big = document_problems(data)
     if too_big:  # a hostile document goes no further: the models and rules walk it, messages print it
         raise JobFileError(source, too_big)

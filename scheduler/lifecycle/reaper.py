@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from providers.base import (
     Capability,
     InstanceRef,
+    InvalidRequest,
 )
 from scheduler.accounting import ledger
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
@@ -65,11 +66,23 @@ def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
         can_stop = Capability.stop_charging in provider.capabilities and (
             capacity != Capacity.spot.value or Capability.spot_stop in provider.capabilities
         )
-        action = "stopped" if can_stop else "terminated"
-        call = (lambda: provider.stop(ref)) if can_stop else (lambda: provider.terminate(ref))
-        if not cloud_call(ctx, now, report, call, event="idle_stop_failed", label=f"idle stop {row_id}",
-                          instance=row_id).ok:
+        if can_stop:
+            try:
+                stopped = cloud_call(ctx, now, report, lambda: provider.stop(ref), event="idle_stop_failed",
+                                     label=f"idle stop {row_id}", refused=(InvalidRequest,), instance=row_id).ok
+            except InvalidRequest as exc:
+                # The cloud will not stop this machine (or not without charging on: CVM's
+                # StoppedModeStopCharging): an idle machine that cannot stop billing is terminated.
+                log.info("idle_stop_refused", instance=row_id, then="terminate", **exc.log_fields())
+                can_stop = False
+            else:
+                if not stopped:
+                    continue
+        if not can_stop and not cloud_call(ctx, now, report, lambda: provider.terminate(ref),
+                                           event="idle_stop_failed", label=f"idle stop {row_id}",
+                                           instance=row_id).ok:
             continue
+        action = "stopped" if can_stop else "terminated"
         with ctx.store.session() as s:
             row = s.get(InstanceRow, row_id)
             if row is None or row.job_id is not None:

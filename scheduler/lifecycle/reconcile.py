@@ -23,6 +23,7 @@ from providers.base import (
     Provider,
 )
 from scheduler.accounting import ledger
+from scheduler.lifecycle.billed_stops import bill_stopped
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import (
     open_billing,
@@ -67,6 +68,7 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
             ).all()
             owned = {r.id for r in live}
             _mark_seen(s, [r.id for r in live if r.id in by_row], now)
+            billed_stops: list[tuple[str, Instance]] = []
             for row_id, state, cloud_id in live:
                 cloud = by_row.get(row_id)
                 if cloud is not None and _steady(I(state), cloud_id, cloud):
@@ -76,8 +78,8 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
                     continue
                 if cloud is None:
                     _reconcile_missing(ctx, s, row, now, grace, report)
-                else:
-                    _reconcile_seen(ctx, s, row, cloud, now, report)
+                elif _reconcile_seen(ctx, s, row, cloud, now, report):
+                    billed_stops.append((row_id, cloud))
             strangers = [k for k in by_row if k not in owned]
             # Rows we already count as terminated, for the few cloud instances no live row owns
             # (asked only about those: the table of terminated rows grows all month).
@@ -88,6 +90,8 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
                     )
                 ).all()
             ) if strangers else set()
+        for row_id, cloud in billed_stops:
+            _terminate_billed_stop(ctx, provider, row_id, cloud, now, report)
         for row_id, cloud in sorted(by_row.items(), key=lambda kv: str(kv[0])):
             if row_id in owned or cloud.state is InstanceState.terminated:
                 continue
@@ -101,7 +105,9 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 def _reconcile_seen(
     ctx: TickContext, s: Session, row: InstanceRow, cloud: Instance, now: datetime, report: TickReport
-) -> None:
+) -> bool:
+    """Move ``row`` along with what the cloud says; True when its machine is to be terminated because
+    a stop did not stop the bill (``billed_stops``)."""
     if row.cloud_id is None:
         row.cloud_id = cloud.ref.instance_id
         add_event(s, now, "instance_found", f"found {cloud.ref.instance_id} by its tags", instance_id=row.id)
@@ -109,13 +115,13 @@ def _reconcile_seen(
     if cloud.preempted or (cloud.state is InstanceState.terminated and state is not I.terminating):
         reason = cloud.preempt_reason or "the cloud terminated it"
         _instance_lost(ctx, s, row, now, reason=reason, preempted=cloud.preempted, report=report)
-        return
+        return False
     if cloud.state is InstanceState.terminated:
         set_instance(row, I.terminated)
         row.terminated_at = now
         ledger.close_interval(s, row.id, now)
         add_event(s, now, "instance_terminated", "termination confirmed", instance_id=row.id)
-        return
+        return False
     if cloud.state is InstanceState.running and state in (I.requested, I.pending):
         set_instance(row, I.running)
         row.running_at = now
@@ -123,17 +129,20 @@ def _reconcile_seen(
             open_billing(s, row, now)
         if row.job_id:
             start_job_on(s, row, now)
-        return
+        return False
     if cloud.state is InstanceState.pending and state is I.requested:
         set_instance(row, I.pending)
         open_billing(s, row, now)
-        return
+        return False
+    if cloud.stop_keeps_billing and state in (I.stopping, I.stopped) and row.job_id is None:
+        return bill_stopped(s, row, now)
     if cloud.state is InstanceState.stopped and state in (I.stopping, I.running, I.pending):
         set_instance(row, I.stopped)
         row.stopped_at = now
         ledger.close_interval(s, row.id, now)
         if row.job_id:
             _instance_lost(ctx, s, row, now, reason="the cloud stopped it", preempted=True, report=report)
+    return False
 
 
 def _mark_seen(s: Session, row_ids: list[str], now: datetime) -> None:
@@ -158,7 +167,8 @@ _STEADY = frozenset({
 
 
 def _steady(state: InstanceRowState, cloud_id: str | None, cloud: Instance) -> bool:
-    return cloud_id is not None and not cloud.preempted and (state, cloud.state) in _STEADY
+    return (cloud_id is not None and not cloud.preempted and not cloud.stop_keeps_billing
+            and (state, cloud.state) in _STEADY)
 
 
 def _reconcile_missing(
@@ -208,6 +218,20 @@ def requeue_job_of(
     report.preempted += 1
     if not ctx.resume_after_preemption and J(job.state) is J.queued:
         ctx.offers.avoid_key(where, now)
+
+
+def _terminate_billed_stop(ctx: TickContext, provider: Provider, row_id: str, cloud: Instance, now: datetime,
+                           report: TickReport) -> None:
+    """An idle machine whose stop did not stop the bill: terminate it (its hours stay in the ledger until then)."""
+    if not cloud_call(ctx, now, report, lambda: provider.terminate(cloud.ref), event="billed_stop_terminate_failed",
+                      label=f"billed stop {row_id}", instance=row_id).ok:
+        return  # the next tick tries again; the open interval keeps counting
+    with ctx.store.session() as s:
+        row = s.get(InstanceRow, row_id)
+        if row is not None and row.job_id is None and I(row.state) in (I.stopping, I.stopped):
+            set_instance(row, I.terminating)
+            add_event(s, now, "billed_stop_terminated", "stopped but still billed: terminated", instance_id=row.id)
+    log.info("billed_stop_terminated", provider=provider.name, instance=row_id)
 
 
 def _terminate_orphan(ctx: TickContext, provider: Provider, cloud: Instance, now: datetime, report: TickReport) -> None:

@@ -8,6 +8,7 @@ double as the API's response models.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Collection
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -16,12 +17,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
+from scheduler.accounting.ledger import spent_by_job
 from scheduler.clock import Clock
 from scheduler.errors import GpuschedError, JobFileError, NotFoundError, UserError
 from scheduler.jobs.infer_shards import work_units
 from scheduler.jobs.jobfile import submit_problems
+from scheduler.lifecycle.job_logs import JobLogs, read_output
 from scheduler.models import Frozen, JobSpec, Kind
-from scheduler.money import Money
+from scheduler.money import FxRates, Money
 from scheduler.states import JOB_MOVES, JOB_TERMINAL, InstanceRowState, JobState, move
 from scheduler.store.database import Store, add_event, new_id
 from scheduler.store.tables import AttemptRow, EventRow, InstanceRow, JobRow
@@ -31,6 +34,9 @@ DEFAULT_EVENTS = 50
 MAX_LIST = 1000
 # A cancel can race the tick, which writes the same job row (optimistic versioning).
 _CANCEL_TRIES = 3
+# Called with the session and the job's view inside the transaction that changes the job: the API writes
+# its audit row there, so the change and its row commit together or not at all.
+Recorder = Callable[[Session, "JobView"], None]
 
 
 class JobView(Frozen):
@@ -54,6 +60,7 @@ class JobView(Frozen):
     reason: str | None
     finished_at: datetime | None
     updated_at: datetime
+    submitted_by: str | None = None  # the name on the API token that submitted it
 
 
 class AttemptView(Frozen):
@@ -65,6 +72,8 @@ class AttemptView(Frozen):
     instance_type: str
     capacity: str
     instance_id: str | None
+    gpu: str | None = None  # the machine's GPU model and count, when the attempt got one
+    gpu_count: int | None = None
     start_epoch: int
     end_epoch: int | None
     est_hours: float | None
@@ -90,6 +99,7 @@ class JobDetail(JobView):
     plan: dict[str, Any] | None
     checkpoint_uri: str | None
     outputs: str | None = None  # the object-store prefix the agent uploaded the job's outputs to
+    cost: Money | None = None  # what its machines have cost so far (running ones up to now); None: never ran
     attempts: list[AttemptView]
     events: list[EventView]
 
@@ -129,6 +139,7 @@ def _job_fields(row: JobRow) -> dict[str, Any]:
         "reason": row.reason,
         "finished_at": _opt_utc(row.finished_at),
         "updated_at": utc(row.updated_at),
+        "submitted_by": row.submitted_by,
     }
 
 
@@ -136,7 +147,7 @@ def job_view(row: JobRow) -> JobView:
     return JobView(**_job_fields(row))
 
 
-def _attempt_view(row: AttemptRow) -> AttemptView:
+def _attempt_view(row: AttemptRow, instance: InstanceRow | None = None) -> AttemptView:
     return AttemptView(
         number=row.number,
         state=row.state,
@@ -146,6 +157,8 @@ def _attempt_view(row: AttemptRow) -> AttemptView:
         instance_type=row.instance_type,
         capacity=row.capacity,
         instance_id=row.instance_id,
+        gpu=instance.gpu if instance is not None else None,
+        gpu_count=instance.gpu_count if instance is not None else None,
         start_epoch=row.start_epoch,
         end_epoch=row.end_epoch,
         est_hours=row.est_hours,
@@ -176,10 +189,12 @@ def resolve_deadline(spec: JobSpec, now: datetime) -> JobSpec:
     return spec.model_copy(update={"policy": policy})
 
 
-def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None) -> JobView:
+def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: random.Random | None = None,
+           submitted_by: str | None = None, record: Recorder | None = None) -> JobView:
     """Queue a job. Raises JobFileError when the job cannot be accepted now (e.g. a past deadline).
 
     ``ids`` makes job ids repeatable (the demo and simulations); the daemon leaves it None.
+    ``submitted_by`` names who sent it; ``record`` runs in the job's transaction (the API's audit row).
     """
     now = clock.now()
     problems = submit_problems(spec, now)
@@ -202,6 +217,7 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: rando
         deadline_at=utc(deadline) if deadline else None,
         budget_amount=budget.amount if budget else None,
         budget_currency=budget.currency if budget else None,
+        submitted_by=submitted_by,
         attempt=0,
         preemptions=0,
         epochs_done=0,
@@ -210,9 +226,13 @@ def submit(store: Store, clock: Clock, spec: JobSpec, *, source: str, ids: rando
     )
     with store.session() as s:
         s.add(row)
-        add_event(s, now, "submitted", f"submitted from {source}: {spec.kind.value} {spec.model}", job_id=row.id)
+        by = f" by {submitted_by}" if submitted_by else ""
+        add_event(s, now, "submitted", f"submitted from {source}{by}: {spec.kind.value} {spec.model}", job_id=row.id)
         s.flush()
-        return job_view(row)
+        view = job_view(row)
+        if record is not None:
+            record(s, view)
+        return view
 
 
 def _state_filter(state: JobState | str | None) -> JobState | None:
@@ -227,9 +247,10 @@ def _state_filter(state: JobState | str | None) -> JobState | None:
 
 
 def list_jobs(
-    store: Store, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100
+    store: Store, *, state: JobState | str | None = None, team: str | None = None, limit: int = 100,
+    teams: Collection[str] | None = None,
 ) -> list[JobView]:
-    """Newest first, optionally only one state and/or one team."""
+    """Newest first, optionally only one state and/or one team; ``teams``: only those teams' jobs."""
     if not 1 <= limit <= MAX_LIST:
         raise UserError(f"limit must be between 1 and {MAX_LIST}, not {limit}")
     wanted = _state_filter(state)
@@ -238,8 +259,16 @@ def list_jobs(
         query = query.where(JobRow.state == wanted.value)
     if team:
         query = query.where(JobRow.team == team)
+    if teams is not None:
+        query = query.where(JobRow.team.in_(list(teams)))
     with store.session(write=False) as s:
         return [job_view(r) for r in s.scalars(query)]
+
+
+def job_team(store: Store, job_id: str) -> str:
+    """The team a job belongs to (NotFoundError: no such job). A job's team never changes."""
+    with store.session(write=False) as s:
+        return _load(s, job_id).team
 
 
 def _load(s: Session, job_id: str) -> JobRow:
@@ -249,11 +278,16 @@ def _load(s: Session, job_id: str) -> JobRow:
     return row
 
 
-def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDetail:
-    """One job with every attempt and its most recent ``events`` events, oldest first."""
+def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS, fx: FxRates | None = None,
+            currency: str | None = None, now: datetime | None = None) -> JobDetail:
+    """One job with every attempt and its most recent ``events`` events, oldest first, and what it has cost
+    so far: in ``currency`` (converted with ``fx``), else in the currency its clouds bill in; ``now``
+    counts a running machine up to then."""
     with store.session(write=False) as s:
         row = _load(s, job_id)
-        attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number))
+        attempts = s.execute(select(AttemptRow, InstanceRow)
+                             .outerjoin(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+                             .where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).tuples().all()
         recent = s.scalars(
             select(EventRow)
             .where(EventRow.job_id == job_id)
@@ -266,17 +300,44 @@ def get_job(store: Store, job_id: str, *, events: int = DEFAULT_EVENTS) -> JobDe
             plan=row.plan_json,
             checkpoint_uri=row.checkpoint_uri,
             outputs=row.outputs_uri,
-            attempts=[_attempt_view(a) for a in attempts],
+            attempts=[_attempt_view(a, i) for a, i in attempts],
             events=[_event_view(e) for e in reversed(recent)],
+            cost=_cost_so_far(s, job_id, fx, currency, now),
         )
 
 
-def _cancel_once(store: Store, now: datetime, job_id: str) -> JobView:
+def _cost_so_far(s: Session, job_id: str, fx: FxRates | None, currency: str | None,
+                 now: datetime | None) -> Money | None:
+    try:
+        spent = spent_by_job(s, [job_id], fx=fx, now=now).get(job_id)
+    except ValueError:  # billed in two currencies and no rates to add them up
+        return None
+    if spent is not None and currency is not None and fx is not None and spent.currency != currency:
+        spent = fx.convert(spent, currency)
+    return spent
+
+
+def job_logs(store: Store, job_id: str, attempt: int | None = None, offset: int = 0, *, limit: int) -> JobLogs:
+    """The output of one attempt of a job (the latest by default) from ``offset`` on (``job_logs.read_output``)."""
+    with store.session(write=False) as s:
+        job = _load(s, job_id)
+        try:
+            return read_output(s, job, attempt, offset, limit=limit)
+        except LookupError as exc:
+            numbers = ", ".join(str(n) for n in exc.args[0]) or "none yet"
+            raise NotFoundError(f"job {job_id} has no attempt {attempt}",
+                                fix=f"its attempts: {numbers}; leave out --attempt for the latest") from None
+
+
+def _cancel_once(store: Store, now: datetime, job_id: str, record: Recorder | None) -> JobView:
     with store.session() as s:
         row = _load(s, job_id)
         current = JobState(row.state)
         if current is JobState.cancelled:
-            return job_view(row)  # a retried cancel (e.g. after a timeout) is not an error
+            view = job_view(row)  # a retried cancel (e.g. after a timeout) is not an error
+            if record is not None:
+                record(s, view)
+            return view
         if current in JOB_TERMINAL:
             raise UserError(
                 f"job {job_id} already {current.value}; there is nothing to cancel",
@@ -293,14 +354,18 @@ def _cancel_once(store: Store, now: datetime, job_id: str) -> JobView:
             message = f"cancelled while {current.value}; its instance is released on the next tick"
         add_event(s, now, "cancelled", message, job_id=job_id)
         s.flush()
-        return job_view(row)
+        view = job_view(row)
+        if record is not None:
+            record(s, view)
+        return view
 
 
-def cancel(store: Store, clock: Clock, job_id: str) -> JobView:
-    """Cancel a job that has not finished. Cancelling a cancelled job again returns it unchanged."""
+def cancel(store: Store, clock: Clock, job_id: str, *, record: Recorder | None = None) -> JobView:
+    """Cancel a job that has not finished. Cancelling a cancelled job again returns it unchanged.
+    ``record`` runs in the cancel's transaction (the API's audit row)."""
     for _ in range(_CANCEL_TRIES):
         try:
-            return _cancel_once(store, clock.now(), job_id)
+            return _cancel_once(store, clock.now(), job_id, record)
         except StaleDataError:
             continue  # the tick changed the job between our read and write: read it again
     raise GpuschedError(

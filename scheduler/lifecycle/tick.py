@@ -34,6 +34,7 @@ from providers.base import (
     TAG_JOB,
     TAG_MANAGED,
     TAG_TEAM,
+    BillingStopped,
     InstanceRef,
     InstanceRequest,
     InstanceState,
@@ -44,7 +45,7 @@ from providers.base import (
 from scheduler.accounting import ledger
 from scheduler.agent.bootstrap import user_data_for
 from scheduler.agent.package import WHEEL_FIX, boots_real_machines
-from scheduler.errors import SettingsError
+from scheduler.errors import LeadershipLost, SettingsError
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_progress
 from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
@@ -106,12 +107,25 @@ def _request_token(row: InstanceRow) -> str:
 
 
 def tick(ctx: TickContext) -> TickReport:
+    """One round. On a store fenced by the leader lease (the daemon's), a round that finds this daemon
+    deposed stops where it is: the transaction that found it rolled back, and nothing after it runs."""
     now = ctx.clock.now()
     report = TickReport(at=now)
+    try:
+        _tick(ctx, now, report)
+    except LeadershipLost as lost:
+        report.led = False
+        log.warning("tick_abandoned", why=lost.message)
+    return report
+
+
+def _tick(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    # The advisory lock is a second fence beside the lease: while a tick's connection lives, no other
+    # daemon's tick runs, even one that took the lease from a leader paused mid-tick.
     with ctx.store.held_lock("gpusched-tick") as got:
         if not got:
             log.info("tick_skipped", why="another daemon holds the tick lock")
-            return report
+            return
         report.led = True
         screen_stored_specs(ctx, now, report)
         reconcile(ctx, now, report)
@@ -126,7 +140,6 @@ def tick(ctx: TickContext) -> TickReport:
         with ctx.store.session() as s:
             report.cost_records = ledger.account(s, now)
         ctx.last_tick_at = now
-    return report
 
 
 # --- jobs whose machine is freed: cancelled ---------------------------------------
@@ -453,6 +466,10 @@ def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
     return None
 
 
+# The cloud said no and created nothing: give the offer up for a while and plan again.
+_REFUSED = (NoCapacity, QuotaExceeded, BillingStopped, InvalidRequest)
+
+
 def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) -> Outcome:
     """Call the cloud for a committed intent; record the outcome."""
     with ctx.store.session() as s:
@@ -477,13 +494,14 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
             },
             name=f"gpusched-{job.name}-a{attempt.number}{f'-n{node}' if node else ''}"[:63],
             user_data=_user_data(ctx, row, attempt, offer),
+            # The intent's own time, stored with its token: a re-issued launch sends what the first did.
+            requested_at=utc(row.created_at),
         )
     provider = ctx.providers[row.provider]
     try:
         launched = cloud_call(ctx, now, report, lambda: provider.launch(request), event="launch_uncertain",
-                              label=f"launch {row_id}", refused=(NoCapacity, QuotaExceeded, InvalidRequest),
-                              instance=row_id)
-    except (NoCapacity, QuotaExceeded, InvalidRequest) as exc:
+                              label=f"launch {row_id}", refused=_REFUSED, instance=row_id)
+    except _REFUSED as exc:
         # The cloud refused: nothing was created. Avoid this offer for a while; plan again.
         ctx.offers.avoid(offer, request.capacity, now)
         report.launch_failures += 1

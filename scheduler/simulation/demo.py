@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -90,6 +91,16 @@ class DemoResult:
     report: MonthlyReport | None = None  # the month's report, whose headline the summary repeats
 
 
+@dataclass(frozen=True)
+class DemoProgress:
+    """How far the demo is, after each tick (for a progress bar)."""
+
+    now: datetime  # simulated
+    jobs_done: int  # jobs that ended
+    jobs: int  # jobs the scenario submits
+    ticks: int
+
+
 def examples_dir() -> Path:
     """The repo's examples/ (the demo runs from a checkout)."""
     here = Path(__file__).resolve().parents[2] / "examples"
@@ -122,10 +133,10 @@ def demo_settings(out_dir: Path, seed: int) -> Settings:
 
 
 def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
-             via_emulators: bool = False) -> DemoResult:
+             via_emulators: bool = False, progress: Callable[[DemoProgress], None] | None = None) -> DemoResult:
     """``via_emulators``: Alibaba and Tencent go through their real adapters and SDKs over HTTP to the
     emulators in tests/emulators (the same simulated market behind them); AWS stays in-process,
-    since moto has no market (prices, stock-outs, reclaims) to simulate."""
+    since moto has no market (prices, stock-outs, reclaims) to simulate. ``progress`` is told after each tick."""
     console = console or Console()
     wall0 = time.perf_counter()
     if out_dir.exists():
@@ -142,7 +153,8 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
         preempt.update(attach_emulators(settings, clock, providers, clouds, emulators))
     ctx = TickContext.build(store, providers, clock, settings, seed=seed)
     job_ids = random.Random(seed + 1)
-    agents = SimAgents(store, providers, settings.cluster, seed=seed)  # sees machines through the providers
+    # Sees machines through the providers; writes each attempt's output, for `gpusched logs` on the demo's store.
+    agents = SimAgents(store, providers, settings.cluster, seed=seed, output_bytes=settings.job_log_bytes)
     configure_logging("console", "warning")  # the narrative below tells the story in simulated time
     narrator = _Narrator(store, console)
     examples = examples_dir()
@@ -161,6 +173,8 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
         lifecycle.tick(ctx)
         narrator.tell()
         ticks += 1
+        if progress is not None:
+            progress(DemoProgress(now=now, jobs_done=_jobs_ended(store), jobs=len(SCHEDULE), ticks=ticks))
         if not pending and _all_quiet(store):
             break
         clock.advance(_next_step(store, pending, now))
@@ -229,7 +243,9 @@ def attach_emulators(settings: Settings, clock: SimClock, providers: dict, cloud
             preempt[name] = cloud.preempt
         else:
             emu = TencentCvmEmulator(cloud, clock, {key: secret}, seed=settings.sandbox_seed)
-            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo"}
+            # The account's currency is never guessed: the sandbox's prices are the catalog's.
+            currency = next(o.on_demand.per_hour.currency for o in cloud.offers() if o.on_demand is not None)
+            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo", "currency": currency}
             preempt[name] = lambda cid, at=None, emu=emu: emu.preempt(cid)
         overrides[name].update(endpoint=emu.endpoint, protocol="http", regions=regions)
         emulators.append(emu)
@@ -253,6 +269,12 @@ def _next_step(store: Store, pending: list, now: datetime) -> timedelta:
     if live or open_jobs or not pending:
         return STEP
     return max(STEP, pending[0][0] - now)
+
+
+def _jobs_ended(store: Store) -> int:
+    with store.session(write=False) as s:
+        return s.scalar(select(func.count()).select_from(JobRow).where(
+            JobRow.state.in_([x.value for x in JOB_TERMINAL]))) or 0
 
 
 def _all_quiet(store: Store) -> bool:

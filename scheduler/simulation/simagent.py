@@ -14,24 +14,31 @@ partial epoch it was in is lost, exactly as with a real preemption. Every runnin
 agent heartbeats each step (up to the moment its machine stopped, where that is known), so
 the daemon's silence watch (``lifecycle/agent_watch.py``) only fires for an agent a test
 makes silent (``silent``). Its first heartbeat stands for the real agent's hello.
+
+With ``output_bytes`` (the sandbox daemon and the demo) each attempt also writes output, as the real
+agent ships its job's (``lifecycle/job_logs.py``), so that ``gpusched logs`` shows a sandbox job: the
+command the real agent would run, a line per epoch or shard, the end; every line says it is simulated.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import shlex
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
-from scheduler.agent.runner import remote_checkpoint
-from scheduler.jobs import infer_shards, perf
+from scheduler.agent.runner import AgentConfig, command_for, remote_checkpoint
+from scheduler.jobs import infer_shards, perf, yolo
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.agent_reports import report_finished, report_heartbeat, report_progress
+from scheduler.lifecycle.job_logs import append_lines, output_end
 from scheduler.lifecycle.transitions import current_attempt
 from scheduler.models import JobSpec, Kind
 from scheduler.states import AttemptState, InstanceRowState
@@ -53,9 +60,11 @@ def _resume_uri(spec: JobSpec) -> str | None:
 
 class SimAgents:
     def __init__(self, store: Store, providers: Mapping[str, Provider], cluster: str, *, seed: int = 0,
-                 speed_spread: float = 0.12, ended_at: EndedAt | None = None) -> None:
+                 speed_spread: float = 0.12, ended_at: EndedAt | None = None,
+                 output_bytes: int | None = None) -> None:
         """``ended_at`` (from the sandbox clouds) makes progress exact up to a reclaim even when
-        the simulation steps over it; without it, agents ask the provider which instances run."""
+        the simulation steps over it; without it, agents ask the provider which instances run.
+        ``output_bytes``: write each attempt's (simulated) output, keeping that much per attempt."""
         self.store = store
         self.providers = providers
         self.cluster = cluster
@@ -67,6 +76,8 @@ class SimAgents:
         self._specs: dict[str, JobSpec] = {}  # a job's spec never changes once submitted
         self._finish_at: dict[tuple[str, int], datetime] = {}
         self.silent: set[str] = set()  # instance rows whose agent says nothing at all (hung, cut off)
+        self.output_bytes = output_bytes
+        self._told: set[tuple[str, int]] = set()  # attempts whose output has begun
         self._beat_at: datetime | None = None
 
     def true_factor(self, job_id: str, gpu: str) -> float:
@@ -143,6 +154,8 @@ class SimAgents:
                 est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
                                          r.start_epoch)
                 factor = self.true_factor(r.job_id, r.gpu)
+                if self.output_bytes is not None and (r.job_id, r.number) not in self._told:
+                    self._begin_output(s, r, spec, now)
                 started = utc(r.started_at)
                 elapsed_h = (until - started).total_seconds() / 3600
                 work_h = elapsed_h - est.setup_hours * factor
@@ -159,18 +172,43 @@ class SimAgents:
                         continue
                     epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                     if epochs > r.epochs_done:
+                        if self.output_bytes is not None:
+                            self._output(s, r.job_id, r.number,
+                                         _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu), now)
                         report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
                     if epochs >= total and until == now:
                         unit = "epochs" if spec.kind is Kind.train else "shards"
+                        self._output(s, r.job_id, r.number, [f"{_SIM} {total} {unit} done; the job succeeded"], now)
                         report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
                         finished += 1
                 else:
                     finish_at = started + timedelta(hours=est.hours * factor)
                     self._finish_at[(r.job_id, r.number)] = finish_at
                     if until >= finish_at and until == now:
+                        self._output(s, r.job_id, r.number, [f"{_SIM} {spec.kind.value} finished; the job succeeded"],
+                                     now)
                         report_finished(s, r.job_id, r.number, True, now)
                         finished += 1
         return finished
+
+    def _output(self, s: Session, job_id: str, attempt: int, lines: list[str], now: datetime) -> None:
+        if self.output_bytes is not None and lines:
+            append_lines(s, job_id, attempt, "".join(line + "\n" for line in lines), now, limit=self.output_bytes)
+
+    def _begin_output(self, s: Session, r: Any, spec: JobSpec, now: datetime) -> None:
+        """The attempt's first lines (once, a daemon restart included): where it runs, what would run there."""
+        self._told.add((r.job_id, r.number))
+        if output_end(s, r.job_id, r.number) > 0:
+            return
+        lines = [f"{_SIM} no real machine runs this job: the sandbox cloud simulates {r.provider} "
+                 f"{r.instance_type} ({r.gpu_count}x {r.gpu}) and its agent"]
+        command = _command(spec, r.id, r.gpu, r.gpu_count, r.start_epoch)
+        if command:
+            lines.append(f"{_SIM} on a real machine the agent would run: {command}")
+        if r.start_epoch:
+            lines.append(f"{_SIM} resuming from the checkpoint after {r.start_epoch} "
+                         f"{'shards' if spec.kind is Kind.infer else 'epochs'}")
+        self._output(s, r.job_id, r.number, lines, now)
 
     def _heartbeat(self, s: Session, now: datetime) -> None:
         """Every running machine's agent says it lives: as of ``now``, or of the moment its machine
@@ -210,3 +248,31 @@ class SimAgents:
         """The earliest moment a job running at the last ``step`` finishes."""
         later = [t for t in self._finish_at.values() if t > now]
         return min(later) if later else None
+
+
+_SIM = "[sandbox]"
+_UNIT_LINES = 200  # at most this many epoch or shard lines at once (a simulation may step over many)
+
+
+def _unit_lines(spec: JobSpec, done: int, now_done: int, total: int, unit_hours: float, gpu: str) -> list[str]:
+    """A line per epoch or shard finished since the last step."""
+    unit = "shard" if spec.kind is Kind.infer else "epoch"
+    first = max(done + 1, now_done - _UNIT_LINES + 1)
+    lines = [f"{_SIM} {unit}s {done + 1}-{first - 1} of {total} done"] if first > done + 1 else []
+    pace = f"{unit_hours * 60:.1f} min per {unit} on {gpu}"
+    return lines + [f"{_SIM} {unit} {n}/{total} done (simulated, {pace})" for n in range(first, now_done + 1)]
+
+
+def _command(spec: JobSpec, instance_id: str, gpu: str, gpu_count: int, start_epoch: int) -> str | None:
+    """The YOLOv9 command line the real agent would start for this attempt (its first shard's for inference)."""
+    cfg = AgentConfig(api="", instance_id=instance_id, token="", gpu=gpu, gpu_count=gpu_count)
+    try:
+        if spec.kind is Kind.infer:
+            argv = yolo.infer_command(spec, run_name=spec.name, workdir=cfg.workdir,
+                                      shard=infer_shards.shard_name(start_epoch), gpu_count=gpu_count)
+        else:
+            resume = f"{yolo.run_dir(cfg.workdir, 'train', spec.name)}/weights/last.pt" if start_epoch else None
+            argv = command_for(spec, cfg, resume, nodes=spec.resources.nodes)
+    except (ValueError, KeyError):  # a job the real agent would refuse to start: the attempt says so itself
+        return None
+    return shlex.join(argv)

@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import ROUND_CEILING, Decimal
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
@@ -499,12 +499,14 @@ def generate_month(
     offers: Sequence[Offer] | None = None,
     fx: FxRates | None = None,
     fam: Family = STANDARD,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[TraceEntry]:
     """A month of submissions for ``teams`` teams, sorted by time; the same arguments give the same trace.
 
     ``scale`` multiplies every stream (projects, nightly feeds, experiments per weekday); at 1.0
     three teams submit about 400 jobs in a 30-day month. Each team draws from its own seeded
-    stream, so adding teams leaves the others' jobs as they were.
+    stream, so adding teams leaves the others' jobs as they were. ``progress(done, total)`` is told after
+    each team's stream of each kind (a progress bar).
     """
     if teams < 1:
         raise UserError("a trace needs at least one team", fix="e.g. teams=3")
@@ -519,13 +521,17 @@ def generate_month(
     ctx = _Context(offers=offers, catalogs=catalogs, names=set(), month_end=month_end)
     projects, pipelines, experiments = _counts(scale, fam)
     out: list[TraceEntry] = []
+    tell = progress or (lambda _done, _total: None)
     for i in range(teams):
         team = _team(i)
         out += _nightly(team, days, pipelines, ctx, random.Random(f"{seed}:{team.name}:nightly"), fam)
+        tell(3 * i + 1, 3 * teams)
         out += _retrains(team, days, projects, ctx, random.Random(f"{seed}:{team.name}:retrain"), fam,
                          random.Random(f"{seed}:{team.name}:retrain:{fam.name}"))
+        tell(3 * i + 2, 3 * teams)
         out += _experiments(team, days, experiments, ctx, random.Random(f"{seed}:{team.name}:experiments"), fam,
                             random.Random(f"{seed}:{team.name}:experiments:{fam.name}"))
+        tell(3 * i + 3, 3 * teams)
     out = [e for e in out if e.at < month_end]
     out.sort(key=lambda e: (e.at.astimezone(timezone.utc), e.job.name))
     return out
@@ -534,7 +540,7 @@ def generate_month(
 # --- command line -----------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, progress: Callable[[int, int], None] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler.simulation.traces",
                                      description="Write a generated workload trace.")
     parser.add_argument("--seed", type=int, default=1)
@@ -550,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fam = family(args.family)
         scale = args.scale if args.scale is not None else (
             scale_for_jobs(args.jobs, args.teams, args.month, fam) if args.jobs is not None else 1.0)
-        entries = generate_month(args.seed, args.month, args.teams, scale, fam=fam)
+        entries = generate_month(args.seed, args.month, args.teams, scale, fam=fam, progress=progress)
         dump_trace(entries, args.out)
     except UserError as exc:
         parser.exit(2, f"error: {exc.message}" + (f"; fix: {exc.fix}" if exc.fix else "") + "\n")

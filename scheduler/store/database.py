@@ -15,11 +15,12 @@ loaded as rows, selected column by column or used as query parameters.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +68,7 @@ class Store:
         if self.is_postgres:
             event.listen(self.engine, "connect", _postgres_session_utc)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._fence: Callable[[Session], None] | None = None
 
     # --- engine set-up
 
@@ -124,16 +126,29 @@ class Store:
         The transaction starts on entry. On SQLite, ``write=True`` (the default)
         opens it with BEGIN IMMEDIATE; ``write=False`` takes no lock and may read
         while another connection writes. Objects stay usable after the block
-        (no expiry on commit).
+        (no expiry on commit). On a ``fenced`` store the fence runs first, inside the transaction.
         """
         with self._sessions() as session:
             session.connection(execution_options={"gpusched_write": write})
             try:
+                if self._fence is not None:
+                    self._fence(session)
                 yield session
                 session.commit()
             except BaseException:
                 session.rollback()
                 raise
+
+    def fenced(self, fence: Callable[[Session], None]) -> Store:
+        """This store (the same engine) whose every session first calls ``fence(session)`` in its transaction.
+
+        The daemon's tick gets one fenced by the leader lease (``scheduler/lifecycle/leadership.py``): the
+        fence reads the lease row under a share lock and raises when this daemon no longer holds it, so a
+        deposed leader's writes roll back instead of racing the new leader's.
+        """
+        other = copy.copy(self)
+        other._fence = fence
+        return other
 
     def try_lock(self, session: Session, name: str) -> bool:
         """``advisory_lock`` as a method, for callers holding only the store."""
@@ -152,6 +167,11 @@ class Store:
             return
         with self.engine.connect() as conn:
             key = lock_key(name)
+            # The server frees the lock when this connection dies. A peer that vanished without closing it
+            # (a frozen VM, a cut network) is found by TCP keepalives: within about 25 s, not the OS's hours.
+            conn.execute(text("SET tcp_keepalives_idle = 10"))
+            conn.execute(text("SET tcp_keepalives_interval = 5"))
+            conn.execute(text("SET tcp_keepalives_count = 3"))
             got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar_one())
             conn.commit()
             try:

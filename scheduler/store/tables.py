@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -67,6 +68,8 @@ class JobRow(Base):
     deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     budget_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     budget_currency: Mapped[str | None] = mapped_column(String(3))
+    # Who queued it: the name on the API token that submitted it (None: stored before tokens had names).
+    submitted_by: Mapped[str | None] = mapped_column(String(63))
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
     preemptions: Mapped[int] = mapped_column(Integer, default=0)  # every machine lost to the job
     # The losses that spend max_restarts: none made checkpointed progress (lifecycle.transitions).
@@ -261,14 +264,17 @@ class PerfSampleRow(Base):
 
 
 class BudgetAlertRow(Base):
-    """A team-month budget threshold that was crossed and announced: each is sent once, a restart or a second
-    daemon included (the unique key is claimed before sending and released only when no channel took it)."""
+    """A monthly budget threshold (a team's or a project's) that was crossed and announced: each is sent once,
+    a restart or a second daemon included (the unique key is claimed before sending and released only when no
+    channel took it)."""
 
     __tablename__ = "budget_alerts"
-    __table_args__ = (UniqueConstraint("team", "month", "threshold_pct", name="uq_budget_alerts_team_month_pct"),)
+    __table_args__ = (UniqueConstraint("scope", "name", "month", "threshold_pct",
+                                       name="uq_budget_alerts_scope_name_month_pct"),)  # fmt: skip
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    team: Mapped[str] = mapped_column(String(63))
+    scope: Mapped[str] = mapped_column(String(16), default="team", server_default="team")  # team | project
+    name: Mapped[str] = mapped_column(String(63))  # the team's or the project's
     month: Mapped[str] = mapped_column(String(7))  # YYYY-MM, UTC
     threshold_pct: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime] = mapped_column(UtcDateTime())
@@ -276,3 +282,88 @@ class BudgetAlertRow(Base):
     budget_amount: Mapped[Decimal] = mapped_column(MONEY)
     currency: Mapped[str] = mapped_column(String(3))
     delivered: Mapped[str] = mapped_column(Text, default="")  # the channels that took it, in words
+
+
+class ApiTokenRow(Base):
+    """A person's or a service's API token: a role, the teams it acts for, an expiry. Only the SHA-256 of
+    the token is kept; the token itself is shown once, when it is made (``scheduler.store.tokens``)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # tok-<12 hex>, also inside the token
+    name: Mapped[str] = mapped_column(String(63))  # the person or service, as jobs and the audit log name it
+    role: Mapped[str] = mapped_column(String(16))  # admin | team-admin | member | viewer
+    teams: Mapped[list[str]] = mapped_column(JSON)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_by: Mapped[str] = mapped_column(String(63))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())  # None: never
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    revoked_by: Mapped[str | None] = mapped_column(String(63))
+
+
+class AuditRow(Base):
+    """Who did what to which job or token, when, from where, and whether it was allowed: every change
+    made through the API and every call it refused."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)
+    actor: Mapped[str] = mapped_column(String(63))  # a token's name; "api-token" for GPUSCHED_API_TOKEN
+    token_id: Mapped[str | None] = mapped_column(String(40))
+    role: Mapped[str | None] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(32))  # job.submit, job.cancel, token.create ...
+    target: Mapped[str | None] = mapped_column(String(128))  # a job or token id, or a path
+    team: Mapped[str | None] = mapped_column(String(63), index=True)  # the team the target belongs to
+    client: Mapped[str | None] = mapped_column(String(64))  # the caller's address as the daemon saw it
+    outcome: Mapped[str] = mapped_column(String(8))  # allowed | refused
+    status: Mapped[int] = mapped_column(Integer)  # the HTTP status answered
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class JobLogRow(Base):
+    """A piece of one attempt's output (the job's stdout and stderr as its agent shipped it): whole lines,
+    ``start`` bytes (UTF-8) into the attempt's output. ``gpusched logs`` reads them; past
+    ``GPUSCHED_JOB_LOG_BYTES`` per attempt the oldest pieces are dropped (``lifecycle/job_logs.py``)."""
+
+    __tablename__ = "job_logs"
+    __table_args__ = (Index("ix_job_logs_attempt", "job_id", "attempt", "start"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(BigInteger)  # bytes of this attempt's output before this piece
+    size: Mapped[int] = mapped_column(Integer)  # bytes of ``text``, UTF-8
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UtcDateTime())  # when it last grew
+
+
+class LeaderLeaseRow(Base):
+    """Who leads: one row per lease name (the daemons' is ``tick``), taken and renewed by a compare-and-set
+    (``scheduler/store/lease.py``). ``term`` grows by one each time another holder takes it: the fence a
+    deposed leader's writes are checked against."""
+
+    __tablename__ = "leader_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(160))  # host:pid:random of the daemon; '' before the first
+    term: Mapped[int] = mapped_column(Integer)
+    acquired_at: Mapped[datetime] = mapped_column(UtcDateTime())  # when this holder took it
+    renewed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ReportDeliveryRow(Base):
+    """The monthly report of a month, claimed by one daemon before it is sent, so replicas send it once
+    (``scheduler/accounting/report_once.py``). A claim left undelivered by a leader that lost its lease may
+    be taken by a later term."""
+
+    __tablename__ = "report_deliveries"
+
+    month: Mapped[str] = mapped_column(String(7), primary_key=True)  # YYYY-MM
+    holder: Mapped[str] = mapped_column(String(160))
+    term: Mapped[int] = mapped_column(Integer)
+    claimed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    outcome: Mapped[str] = mapped_column(Text, default="")  # the channels and what each did, in words

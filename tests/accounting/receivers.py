@@ -2,20 +2,28 @@
 
 Both listen on a free port of 127.0.0.1 in this process. The HTTP receiver answers each path as the
 service named by its first segment does (``/slack/...``: "ok"; DingTalk and WeCom: ``{"errcode": 0}``;
-Feishu: ``{"code": 0}``); a path under ``/refuse/<service>/`` answers that service's refusal.
+Feishu: ``{"code": 0}``); a path under ``/refuse/<service>/`` answers that service's refusal. Given a
+``dingtalk_secret``, it checks DingTalk's signature as the robot with the "sign" setting does (its own
+HMAC over ``timestamp``, the query's ``sign`` URL-decoded, the timestamp within an hour of ``now``) and
+answers a request that fails with DingTalk's refusal.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 from aiosmtpd.controller import Controller
 
@@ -70,6 +78,7 @@ class Posts:
     """What the HTTP receiver got: (path with query, JSON body) per request, in order."""
 
     received: list[tuple[str, dict]] = field(default_factory=list)
+    sign_problems: list[str | None] = field(default_factory=list)  # per DingTalk request, when it checks signs
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def for_service(self, service: str) -> list[dict]:
@@ -77,10 +86,30 @@ class Posts:
             return [body for path, body in self.received if path.split("/")[1] == service]
 
 
+_SIGN_REFUSED = (200, "application/json", b'{"errcode":310000,"errmsg":"sign not match"}')
+
+
+def dingtalk_sign_problem(path: str, secret: str, now: datetime) -> str | None:
+    """Why a DingTalk robot with ``secret`` would refuse a request to ``path`` at ``now``; None if it takes it."""
+    query = parse_qs(urlsplit(path).query)  # URL-decoded, '+' as a space: an unencoded sign fails here
+    if len(query.get("timestamp", ())) != 1 or len(query.get("sign", ())) != 1:
+        return "no timestamp and sign"
+    timestamp = query["timestamp"][0]
+    if not timestamp.isdigit():
+        return "timestamp is not milliseconds"
+    if abs(int(timestamp) - int(now.timestamp()) * 1000) > 3_600_000:
+        return "timestamp more than an hour off"
+    want = hmac.new(secret.encode(), f"{timestamp}\n{secret}".encode(), hashlib.sha256).digest()
+    return None if hmac.compare_digest(base64.b64encode(want).decode(), query["sign"][0]) else "sign not match"
+
+
 @contextmanager
-def webhook_receiver() -> Iterator[tuple[str, Posts]]:
+def webhook_receiver(dingtalk_secret: str | None = None,
+                     now: datetime | None = None) -> Iterator[tuple[str, Posts]]:
     """An HTTP server on a free port; yields (http://127.0.0.1:PORT, what it received)."""
     posts = Posts()
+    if dingtalk_secret is not None and now is None:
+        raise ValueError("a receiver that checks DingTalk signatures needs the time it takes as now")
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's hook name
@@ -89,6 +118,12 @@ def webhook_receiver() -> Iterator[tuple[str, Posts]]:
                 posts.received.append((self.path, body))
             parts = self.path.split("/")
             status, kind, answer = (_REFUSALS[parts[2]] if parts[1] == "refuse" else _ANSWERS[parts[1]])
+            if dingtalk_secret is not None and parts[1] == "dingtalk":
+                why = dingtalk_sign_problem(self.path, dingtalk_secret, now)  # type: ignore[arg-type]
+                with posts.lock:
+                    posts.sign_problems.append(why)
+                if why is not None:
+                    status, kind, answer = _SIGN_REFUSED
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(answer)))

@@ -49,6 +49,9 @@ def assert_agrees(r: MonthlyReport) -> None:
         if r.total.amount:
             assert abs(sum((b.share_pct for b in rows), ZERO) - 100) < Decimal("1e-20"), attr
     assert _sum(c.cost for c in r.team_by_capacity) == r.total.amount
+    if r.unit_costs is not None:  # every GPU-hour that ran is some model's; the unused reservations are no one's
+        assert _sum(g.cost for g in r.unit_costs.by_gpu) + r.reserved_unused.amount == r.total.amount
+        assert _sum(g.on_demand_equivalent for g in r.unit_costs.by_gpu) == r.on_demand_equivalent.amount
     # Jobs are not a breakdown (idle hours have no job), but they can never add up to more than the whole.
     assert _sum(j.cost for j in r.jobs) <= r.billed.amount
     assert _sum(j.reserved_fee for j in r.jobs) <= r.reserved_fees.amount - r.reserved_unused.amount
@@ -62,7 +65,10 @@ def assert_agrees(r: MonthlyReport) -> None:
             assert d.day >= r.as_of.date()
     assert r.trend[-1].total == r.total and r.trend[-1].savings == r.savings and r.trend[-1].month == r.month
     if r.forecast is not None:
-        assert r.forecast.total.amount == r.forecast.billed.amount + r.forecast.reserved_fees.amount
+        f = r.forecast
+        assert f.total.amount == f.billed.amount + f.reserved_fees.amount + f.queued.amount
+        assert f.queued.amount == _sum(q.in_month for q in f.queued_jobs)
+        assert all(q.estimate is None or q.in_month <= q.estimate for q in f.queued_jobs)
         assert r.forecast.billed >= r.billed and r.forecast.reserved_fees >= r.reserved_fees
     _assert_csv_agrees(r)
 

@@ -41,7 +41,7 @@ def settings_for(tmp_path: Path, **kw) -> Settings:
 
 def sent_thresholds(store: Store) -> list[tuple[str, int]]:
     with store.session(write=False) as s:
-        return sorted((r.team, r.threshold_pct) for r in s.scalars(select(BudgetAlertRow)))
+        return sorted((r.name, r.threshold_pct) for r in s.scalars(select(BudgetAlertRow)))
 
 
 # --- in the report ----------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_each_threshold_is_announced_once_even_across_a_restart(tmp_path: Path, 
 
         spend(store, "i-2", "25", start=nov(3))  # 55%
         [alert] = check_budget_alerts(settings, store, nov(16))
-        assert (alert.team, alert.thresholds, alert.recorded) == ("vision", (50,), True)
+        assert (alert.scope, alert.name, alert.thresholds, alert.recorded) == ("team", "vision", (50,), True)
         assert [o.channel for o in alert.outcomes if o.ok] == ["slack", "wecom"]
         [slack] = posts.for_service("slack")
         assert slack["blocks"][0]["text"]["text"] == "Budget alert: team vision passed 50% of its 2026-11 GPU budget"
@@ -175,3 +175,79 @@ def test_a_machine_still_running_counts_and_the_check_writes_no_ledger_row(tmp_p
     assert alert.thresholds == (50,) and alert.used_pct == "60.0%"
     with store.session(write=False) as s:
         assert s.scalars(select(CostRecordRow)).all() == []
+
+
+# --- project budgets ----------------------------------------------------------------------------------
+
+
+def project_spend(store: Store, iid: str, amount: str, project: str | None, *, team: str = "vision",
+                  start: datetime = nov(2)) -> None:
+    with store.session() as s:
+        ledger = Ledger(s)
+        inst = ledger.instance(iid, team=team, price="1", on_demand="2", currency="CNY")
+        ledger.cost(inst, start, start.replace(hour=start.hour + 10), amount=amount, on_demand=amount,
+                    job_id=None, project=project)
+
+
+def project_settings(tmp_path: Path, **kw) -> Settings:
+    return Settings(_env_file=None, data_dir=tmp_path, project_budgets='{"helmet": "200 CNY", "vision": "10 USD"}',
+                    **kw)
+
+
+def test_the_report_shows_each_project_budget_against_actual_and_forecast(tmp_path: Path, store: Store) -> None:
+    project_spend(store, "i-1", "50", "helmet")
+    project_spend(store, "i-2", "40", "helmet", team="retail")  # a project spans teams
+    project_spend(store, "i-3", "70", None)  # no project: in no project's budget
+    report = monthly_report(project_settings(tmp_path, fx_usd_cny="7.5"), "2026-11", now=nov(16), store=store)
+    rows = {p.project: p for p in report.project_budgets}
+    assert set(rows) == {"helmet", "vision"} and report.team_budgets == ()
+    helmet, vision = rows["helmet"], rows["vision"]
+    assert (helmet.budget.amount, helmet.actual.amount, helmet.forecast.amount) == (200, 90, 180)
+    assert (helmet.used_pct, helmet.forecast_pct, helmet.over_budget, helmet.forecast_over) == (45, 90, False, False)
+    assert (vision.budget.amount, vision.actual.amount) == (75, 0)  # the team "vision" is not the project
+    from scheduler.accounting.report_render import render_csv, render_html, render_markdown
+    from scheduler.accounting.report_xlsx import render_xlsx
+
+    md = render_markdown(report)
+    assert "## Project budgets" in md and "| helmet | 200.00 CNY | 90.00 CNY | 45.0% | 180.00 CNY | 90.0% |" in md
+    assert "project_forecast,helmet,,,,,,,180.00,CNY,90.00" in render_csv(report)
+    assert "<h2>Project budgets</h2>" in render_html(report, phone_charts=False)
+    import io
+
+    from openpyxl import load_workbook
+
+    sheet = list(load_workbook(io.BytesIO(render_xlsx(report)))["Budgets"].iter_rows(values_only=True))
+    assert ("project", "helmet", 200, 90) in {tuple(r[:4]) for r in sheet}
+
+
+def test_a_project_is_alerted_at_the_same_thresholds_apart_from_a_team_of_its_name(tmp_path: Path,
+                                                                                   store: Store) -> None:
+    project_spend(store, "i-1", "110", "helmet", team="retail")
+    project_spend(store, "i-2", "60", "vision", team="vision")  # 60 CNY: 80% of the project's 75, 60% of the team's
+    with webhook_receiver() as (base, posts):
+        settings = project_settings(tmp_path, fx_usd_cny="7.5", team_budgets='{"vision": "100 CNY"}',
+                                    webhooks=f"slack={base}/slack/x")
+        alerts = {(a.scope, a.name): a for a in check_budget_alerts(settings, store, nov(16))}
+        assert {k: a.thresholds for k, a in alerts.items()} == {
+            ("team", "vision"): (50,), ("project", "helmet"): (50,), ("project", "vision"): (50, 80)}
+        titles = sorted(p["blocks"][0]["text"]["text"] for p in posts.for_service("slack"))
+        assert "Budget alert: project vision passed 80% of its 2026-11 GPU budget" in titles
+        assert check_budget_alerts(settings, store, nov(16, 1)) == []  # each once
+
+        project_spend(store, "i-3", "100", "helmet", team="retail", start=nov(3))  # 210 of 200
+        [alert] = check_budget_alerts(settings, store, nov(17))
+        assert (alert.scope, alert.name, alert.thresholds) == ("project", "helmet", (80, 100))
+        last = posts.for_service("slack")[-1]["text"]
+        assert "a project's budget is watched, not enforced" in last and "GPUSCHED_PROJECT_BUDGETS" in last
+    with store.session(write=False) as s:
+        sent = sorted((r.scope, r.name, r.threshold_pct) for r in s.scalars(select(BudgetAlertRow)))
+    assert sent == [("project", "helmet", 50), ("project", "helmet", 80), ("project", "helmet", 100),
+                    ("project", "vision", 50), ("project", "vision", 80), ("team", "vision", 50)]
+
+
+def test_a_bad_project_budget_names_the_project(tmp_path: Path) -> None:
+    from scheduler.errors import SettingsError
+    from scheduler.settings import load_settings
+
+    with pytest.raises(SettingsError, match="GPUSCHED_PROJECT_BUDGETS: .*project 'helmet': a monthly budget is more"):
+        load_settings(_env_file=None, project_budgets='{"helmet": "0 CNY"}')

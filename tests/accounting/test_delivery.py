@@ -162,7 +162,8 @@ def test_write_and_send_delivers_the_report_everywhere_and_keeps_the_files(tmp_p
                               store=store_with_spend)
     assert [o.channel for o in sent.outcomes] == ["mail", "slack", "dingtalk", "wecom", "feishu"]
     assert all(o.ok for o in sent.outcomes), sent.outcomes
-    assert set(sent.paths) == {"html", "csv", "md", "xlsx", "pdf"} and all(p.exists() for p in sent.paths.values())
+    assert set(sent.paths) == {"html", "csv", "md", "xlsx", "pdf", "audit"}
+    assert all(p.exists() for p in sent.paths.values())
     [(_, rcpts, msg)] = box.mails
     assert rcpts == ["a@example.com", "b@example.com"]
     assert msg["Subject"] == "GPU spend report 2026-11: 50.00 CNY"
@@ -235,3 +236,79 @@ def unused_port() -> int:
         return s.getsockname()[1]
 
 
+
+
+# --- DingTalk signed requests ------------------------------------------------------------------------
+
+DING_SECRET = "SECb7f0c2e9d41a5fq8"
+
+
+def signed_now() -> datetime:
+    """A report time whose DingTalk signature has a '+' in it: unless the sign is URL-encoded, the robot
+    reads that '+' as a space and refuses, so the encoding is tested, not left to chance."""
+    import base64
+    import hashlib
+    import hmac
+    from datetime import timedelta
+
+    for ms in range(1000):
+        at = NOW + timedelta(milliseconds=ms)
+        ts = str(int(at.timestamp() * 1000))
+        digest = hmac.new(DING_SECRET.encode(), f"{ts}\n{DING_SECRET}".encode(), hashlib.sha256).digest()
+        if "+" in base64.b64encode(digest).decode():
+            return at
+    raise AssertionError("no millisecond of the first second gave a '+'")
+
+
+def test_a_dingtalk_robot_with_the_sign_setting_takes_signed_posts(tmp_path: Path, capsys) -> None:
+    at = signed_now()
+    configure_logging("console", "info")
+    try:
+        with webhook_receiver(dingtalk_secret=DING_SECRET, now=at) as (base, posts):
+            settings = Settings(_env_file=None, data_dir=tmp_path, dingtalk_secret=DING_SECRET,
+                                webhooks=f"dingtalk={base}/dingtalk/robot/send?access_token=dingsecret22")
+            [out] = deliver(settings, NOTICE, now=at)
+    finally:
+        logging.getLogger().handlers.clear()
+    assert out.ok, out
+    assert posts.sign_problems == [None]  # the receiver's own HMAC agreed
+    [(path, body)] = posts.received
+    assert body == chat_payload("dingtalk", NOTICE)
+    assert f"timestamp={int(at.timestamp() * 1000)}&sign=" in path and "%2B" in path  # '+' sent encoded
+    assert path.startswith("/dingtalk/robot/send?access_token=dingsecret22&timestamp=")
+    logged = capsys.readouterr()
+    assert DING_SECRET not in logged.out + logged.err + out.detail and "dingsecret22" not in logged.out + logged.err
+
+
+@pytest.mark.parametrize(
+    ("client_secret", "sent_at", "why"),
+    [(None, NOW, "no timestamp and sign"), ("SECsomeoneelse", NOW, "sign not match"),
+     (DING_SECRET, NOW.replace(hour=4), "timestamp more than an hour off")],
+)  # fmt: skip
+def test_a_signed_robot_refuses_a_post_it_cannot_verify(tmp_path: Path, client_secret: str | None,
+                                                       sent_at: datetime, why: str) -> None:
+    with webhook_receiver(dingtalk_secret=DING_SECRET, now=NOW) as (base, posts):
+        settings = Settings(_env_file=None, data_dir=tmp_path, dingtalk_secret=client_secret,
+                            webhooks=f"dingtalk={base}/dingtalk/robot/send?access_token=dingsecret22")
+        [out] = deliver(settings, NOTICE, now=sent_at)
+    assert posts.sign_problems == [why]
+    assert not out.ok and "310000" in out.detail and "sign not match" in out.detail
+    assert DING_SECRET not in out.detail and "SECsomeoneelse" not in out.detail
+
+
+def test_the_secret_signs_dingtalk_only_and_an_empty_one_is_none(tmp_path: Path) -> None:
+    with webhook_receiver() as (base, posts):
+        settings = Settings(_env_file=None, data_dir=tmp_path, dingtalk_secret=DING_SECRET,
+                            webhooks=f"slack={base}/slack/services/T/B/x,wecom={base}/wecom/send?key=k")
+        assert all(o.ok for o in deliver(settings, NOTICE, now=NOW))
+    assert all("sign=" not in path for path, _ in posts.received)
+    assert Settings(_env_file=None, dingtalk_secret="").dingtalk_secret is None
+    assert DING_SECRET not in repr(settings)
+
+
+def test_a_report_sent_to_a_signed_robot_is_signed_at_the_report_time(tmp_path: Path, store_with_spend) -> None:
+    with webhook_receiver(dingtalk_secret=DING_SECRET, now=NOW) as (base, posts):
+        settings = Settings(_env_file=None, data_dir=tmp_path, dingtalk_secret=DING_SECRET,
+                            webhooks=f"dingtalk={base}/dingtalk/robot/send?access_token=dingsecret22")
+        sent = write_and_send(settings, "2026-11", now=NOW, store=store_with_spend)
+    assert [o.ok for o in sent.outcomes] == [True] and posts.sign_problems == [None]

@@ -40,7 +40,8 @@ def column(headers: list[str], rows: list[list[object]], name: str) -> float:
 
 def test_one_sheet_per_breakdown(report: MonthlyReport) -> None:
     wb = load_workbook(io.BytesIO(render_xlsx(report)))
-    assert wb.sheetnames == ["Summary", "Team", "Project", "Cloud", "GPU", "Capacity", "Jobs", "Days", "Reservations"]
+    assert wb.sheetnames == ["Summary", "Team", "Project", "Cloud", "GPU", "Capacity", "Jobs", "Days", "Reservations",
+                             "Unit costs"]
 
 
 @pytest.mark.parametrize(("title", "attr"), [(t, a) for t, a, _ in SHEETS])

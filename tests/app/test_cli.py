@@ -76,12 +76,14 @@ def test_report_rejects_a_malformed_month(tmp_path, month):
     assert r.returncode == 2 and "month" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_report_from_an_empty_store_writes_four_files(tmp_path):
+def test_report_from_an_empty_store_writes_its_files_and_the_audit_log(tmp_path):
     r = gpusched("report", "--month", "2026-11", "--out", str(tmp_path / "out"),
                  env={"GPUSCHED_DATA_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == [f"report-2026-11.{ext}" for ext in ("csv", "html", "md", "pdf", "xlsx")]
+    assert names == ["audit-2026-11.csv"] + [f"report-2026-11.{ext}" for ext in ("csv", "html", "md", "pdf", "xlsx")]
+    assert (tmp_path / "out" / "audit-2026-11.csv").read_text().splitlines() == [
+        "at,actor,token_id,role,action,target,team,client,outcome,status,detail"]  # no API call: no entry
     assert (tmp_path / "out" / "report-2026-11.pdf").read_bytes().startswith(b"%PDF-")
 
 

@@ -88,7 +88,7 @@ def emulated_accounts(tmp_path: Path) -> Iterator[dict[str, str]]:
         "GPUSCHED_ALIBABA_BSS_ENDPOINT": bss.endpoint, "GPUSCHED_ALIBABA_PROTOCOL": "http",
         "GPUSCHED_TENCENT_SECRET_ID": "sid", "GPUSCHED_TENCENT_SECRET_KEY": "skey",
         "GPUSCHED_TENCENT_REGIONS": '["ap-guangzhou"]', "GPUSCHED_TENCENT_BILLING_ENDPOINT": billing.endpoint,
-        "GPUSCHED_TENCENT_PROTOCOL": "http", "MONTH": month,
+        "GPUSCHED_TENCENT_PROTOCOL": "http", "GPUSCHED_TENCENT_CURRENCY": "USD", "MONTH": month,
     }
     try:
         yield env

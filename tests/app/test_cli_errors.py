@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from contextlib import closing
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -268,9 +269,12 @@ def test_daemon_on_a_truncated_store(tmp_path: Path) -> None:
 def test_daemon_on_a_store_with_a_damaged_table(tmp_path: Path) -> None:
     """Pages torn in the middle of the file: the schema reads, the data does not (quick_check finds it)."""
     db = a_store(tmp_path)
-    with sqlite3.connect(db) as conn:
+    # Closed, not only committed: the filler is then in the file itself, its last pages, whatever the schema
+    # before it (an open connection leaves it in the WAL, whose copies of pages hide their damage).
+    with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("CREATE TABLE filler (x BLOB)")
         conn.executemany("INSERT INTO filler VALUES (?)", [(os.urandom(3000),) for _ in range(40)])
+    assert not db.with_name(db.name + "-wal").exists()
     data = bytearray(db.read_bytes())
     page = 4096
     last = len(data) // page
@@ -296,6 +300,9 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_API_TOKEN": "short"}, "GPUSCHED_API_TOKEN"),
     ({"GPUSCHED_API_TOKEN": ""}, "API token"),
     ({"GPUSCHED_REPORT_CRON": "every day"}, "GPUSCHED_REPORT_CRON"),
+    ({"GPUSCHED_LEADER_LEASE_S": "0"}, "GPUSCHED_LEADER_LEASE_S"),
+    ({"GPUSCHED_LEADER_RENEW_S": "30"}, "GPUSCHED_LEADER_RENEW_S"),  # not less than the default lease
+    ({"GPUSCHED_SANDBOX_CLOCK_START": "2026-11-20T08:00:00"}, "GPUSCHED_SANDBOX_CLOCK_START"),
 ])
 def test_daemon_with_a_setting_out_of_range(tmp_path: Path, env: dict[str, str], name: str) -> None:
     r = daemon(tmp_path, **env)

@@ -52,7 +52,7 @@ class EmulatedCloud:
             config = {"access_key_id": KEY_ID, "access_key_secret": SECRET}
         else:
             self.emulator = TencentCvmEmulator(self.sandbox, self.clock, {KEY_ID: SECRET}, seed=5)
-            config = {"secret_id": KEY_ID, "secret_key": SECRET}
+            config = {"secret_id": KEY_ID, "secret_key": SECRET, "currency": "USD"}  # the catalog's intl prices
         config.update(endpoint=self.emulator.endpoint, protocol="http", regions=(REGION[cloud],),
                       image_id="img-yolov9-e2e" if cloud == "tencent" else "m-yolov9-e2e")
         self.settings = Settings(_env_file=None, backend="live", providers=[cloud], cluster="e2e",

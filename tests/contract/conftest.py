@@ -9,23 +9,42 @@ Two sandbox flavours run today: "sandbox" (every capability, CNY prices, spot
 instances can stop) and "sandbox-as-aws" (AWS's capabilities and USD prices,
 spot instances cannot stop), so both sides of each capability-dependent case
 run rather than skip.
+
+A factory takes ``faults`` (a ``providers.emulators.faults.FaultPlan``, or None):
+its cloud then fails calls as the plan deals them (the emulators and the AWS
+wire on the wire, the sandbox through ``FaultyProvider``). ``faulty_harness``
+runs the fault cases for every provider under each plan of ``FAULT_PLANS``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, TypeVar
 
 import pytest
 
-from providers.base import Instance, Provider, ProviderError
+from providers.base import (
+    Instance,
+    InstanceRef,
+    InstanceRequest,
+    Provider,
+    ProviderError,
+    ProviderUnavailable,
+    Throttled,
+)
+from providers.emulators.faults import FaultDice, FaultPlan
 from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
 from scheduler.money import Money
+
+T = TypeVar("T")
 
 START = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
 
@@ -55,6 +74,13 @@ class ProviderHarness(Protocol):
 
     def provider_with_wrong_secret(self) -> Provider | None:
         """The same provider built with a wrong secret; None where there are no credentials."""
+
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        """Every machine the cloud itself ever made for this harness, as (its tags, its state): the truth
+        behind the provider, for counting machines per intent whatever the listing shows."""
+
+    def faults_dealt(self) -> dict[str, int]:
+        """How many calls failed so far, per fault kind (empty without a fault plan)."""
 
     def close(self) -> None: ...
 
@@ -90,13 +116,59 @@ AWS_LIKE_CATALOG = (
 )
 
 
+class FaultyProvider:
+    """A Provider whose calls fail as a ``FaultPlan`` deals: the sandbox's stand-in for an emulator's faults
+    (it has no wire). ``lost`` carries the call out, then raises as a lost answer would. Each protocol call
+    draws under the cloud action that does its work (``launch`` is ``RunInstances`` ...)."""
+
+    def __init__(self, inner: Provider, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.dice: FaultDice = plan.dice()
+        self.name = inner.name
+        self.capabilities = inner.capabilities
+
+    def _call(self, action: str, fn: Callable[[], T]) -> T:
+        fault = self.dice.draw(action)
+        if fault == "throttle":
+            raise Throttled("slow down (injected)", provider=self.name, code="Throttling",
+                            retry_after=self.dice.plan.retry_after_seconds)
+        if fault == "5xx":
+            raise ProviderUnavailable("the service failed (injected)", provider=self.name, code="ServiceUnavailable")
+        if fault == "timeout":
+            raise ProviderUnavailable("no answer (injected)", provider=self.name, code="RequestTimeout")
+        result = fn()
+        if fault == "lost":
+            raise ProviderUnavailable("the answer was lost (injected)", provider=self.name, code="RequestTimeout")
+        return result
+
+    def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
+        return self._call("DescribePrice", lambda: self.inner.offers(regions))
+
+    def launch(self, request: InstanceRequest) -> Instance:
+        return self._call("RunInstances", lambda: self.inner.launch(request))
+
+    def instances(self, tags: Mapping[str, str], regions: Sequence[str] | None = None) -> list[Instance]:
+        return self._call("DescribeInstances", lambda: self.inner.instances(tags, regions))
+
+    def stop(self, ref: InstanceRef) -> None:
+        self._call("StopInstances", lambda: self.inner.stop(ref))
+
+    def start(self, ref: InstanceRef) -> None:
+        self._call("StartInstances", lambda: self.inner.start(ref))
+
+    def terminate(self, ref: InstanceRef) -> None:
+        self._call("TerminateInstances", lambda: self.inner.terminate(ref))
+
+
 class SandboxHarness:
     """A fresh in-memory cloud on a SimClock per test."""
 
-    def __init__(self, name: str, catalog: tuple[Offer, ...], currency: str, *, spot_can_stop: bool) -> None:
+    def __init__(self, name: str, catalog: tuple[Offer, ...], currency: str, *, spot_can_stop: bool,
+                 faults: FaultPlan | None = None) -> None:
         self.clock = SimClock(START)
         self.cloud = SandboxCloud(self.clock, catalog, seed=11, spot_can_stop=spot_can_stop)
-        self.provider: Provider = SandboxProvider(self.cloud, name=name, capabilities=capabilities_like(name))
+        provider: Provider = SandboxProvider(self.cloud, name=name, capabilities=capabilities_like(name))
+        self.provider: Provider = FaultyProvider(provider, faults) if faults is not None else provider
         self.currency = currency
         self.cluster = "contract"
 
@@ -124,13 +196,23 @@ class SandboxHarness:
     def provider_with_wrong_secret(self) -> Provider | None:
         return None
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.provider.dice.drawn) if isinstance(self.provider, FaultyProvider) else {}
+
     def close(self) -> None:
         pass
 
 
-HARNESS_FACTORIES: dict[str, Callable[[], ProviderHarness]] = {
-    "sandbox": lambda: SandboxHarness("sandbox", ALIBABA_LIKE_CATALOG, "CNY", spot_can_stop=True),
-    "sandbox-as-aws": lambda: SandboxHarness("aws", AWS_LIKE_CATALOG, "USD", spot_can_stop=False),
+# name -> factory(faults=None): a fresh harness, its cloud failing as the plan deals when one is given.
+HarnessFactory = Callable[..., ProviderHarness]
+HARNESS_FACTORIES: dict[str, HarnessFactory] = {
+    "sandbox": lambda faults=None: SandboxHarness("sandbox", ALIBABA_LIKE_CATALOG, "CNY", spot_can_stop=True,
+                                                  faults=faults),
+    "sandbox-as-aws": lambda faults=None: SandboxHarness("aws", AWS_LIKE_CATALOG, "USD", spot_can_stop=False,
+                                                         faults=faults),
 }
 
 
@@ -147,6 +229,39 @@ _load_cloud_harnesses()
 @pytest.fixture(params=sorted(HARNESS_FACTORIES))
 def harness(request: pytest.FixtureRequest) -> Iterator[ProviderHarness]:
     made = HARNESS_FACTORIES[request.param]()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+# The fault plans every provider runs the fault cases under (the seed is set per provider below).
+FAULT_PLANS: dict[str, FaultPlan | None] = {
+    "no-faults": None,
+    "10%-faults": FaultPlan(rate=0.1, retry_after_seconds=2),  # throttle, 5xx, timeout, lost: any call
+    "half-the-launch-answers-lost": FaultPlan(rate=0.5, kinds=("lost",), actions=("RunInstances",)),
+}
+
+
+@pytest.fixture(params=[(name, plan) for name in sorted(HARNESS_FACTORIES) for plan in FAULT_PLANS],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def faulty_harness(request: pytest.FixtureRequest) -> Iterator[ProviderHarness]:
+    """Every provider, with its cloud failing none of the calls, 10% of them (throttled, 5xx, no answer,
+    answer lost after acting), and half of its launch answers lost; seeded per provider so a failure
+    replays."""
+    name, label = request.param
+    factory = HARNESS_FACTORIES[name]
+    missing_switch = (f"the {name} harness has no fault switch yet: give its factory a faults= argument and "
+                      "the harness machines() and faults_dealt() (see SandboxHarness)")
+    if "faults" not in inspect.signature(factory).parameters:
+        pytest.skip(missing_switch)
+    plan = FAULT_PLANS[label]
+    if plan is not None:
+        plan = dataclasses.replace(plan, seed=sum(map(ord, name)))
+    made = factory(faults=plan)
+    if not (hasattr(made, "machines") and hasattr(made, "faults_dealt")):
+        made.close()
+        pytest.skip(missing_switch)
     try:
         yield made
     finally:

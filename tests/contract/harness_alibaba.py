@@ -14,12 +14,13 @@ off (``interruption_scale=0``): the suite scripts the ones it wants.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from providers.base import Instance, Provider, ProviderError
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
@@ -75,6 +76,7 @@ class AlibabaHarness:
         adapter_catalog: tuple[Offer, ...] | None = None,
         gpu_quota: int | None = None,
         page_size: int = 100,
+        emulator: Mapping[str, Any] | None = None,
         **config: Any,
     ) -> None:
         self.clock = SimClock(START)
@@ -82,7 +84,8 @@ class AlibabaHarness:
             self.clock, catalog, seed=11, interruption_scale=0.0, notice_seconds=NOTICE_SECONDS,
             gpu_quota=gpu_quota, id_prefix="i",
         )
-        self.emulator = AlibabaEcsEmulator(self.cloud, {ACCESS_KEY_ID: SECRET})
+        # ``emulator``: options of the ECS emulator itself (faults, keep-charging types, page sizes).
+        self.emulator = AlibabaEcsEmulator(self.cloud, {ACCESS_KEY_ID: SECRET}, **dict(emulator or {}))
         self.config = AlibabaConfig(
             access_key_id=ACCESS_KEY_ID,
             access_key_secret=SecretStr(SECRET),
@@ -125,15 +128,24 @@ class AlibabaHarness:
         config = self.config.model_copy(update={"access_key_secret": SecretStr("not-the-secret")})
         return from_config(config, self.clock, self._adapter_catalog)
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.emulator.faults.drawn)
+
     def close(self) -> None:
         self.emulator.close()
 
 
-def _make() -> AlibabaHarness:
+def _make(faults: FaultPlan | None = None) -> AlibabaHarness:
     if _MISSING:
         missing(f"the Alibaba Cloud SDK is not installed ({', '.join(_MISSING)}): "
                     "pip install '.[alibaba]' (from the checkout)")
-    return AlibabaHarness()
+    if faults is None:
+        return AlibabaHarness()
+    # Under faults the release backstop is on too: a retried launch must send the same AutoReleaseTime.
+    return AlibabaHarness(emulator={"faults": faults}, auto_release_hours=24)
 
 
-HARNESSES: dict[str, Callable[[], AlibabaHarness]] = {"alibaba": _make}
+HARNESSES: dict[str, Callable[..., AlibabaHarness]] = {"alibaba": _make}

@@ -17,7 +17,11 @@ wire behaves like AWS where moto does not:
   timeout;
 * credentials: moto accepts any; the wire refuses requests signed with an
   access key it was not told about (AuthFailure, 401). This tests the
-  adapter's translation of AWS's refusal, not AWS's authentication.
+  adapter's translation of AWS's refusal, not AWS's authentication;
+* random faults (``faults``, a ``providers.emulators.faults.FaultPlan``), the
+  same switch the Alibaba and Tencent emulators have: ``RequestLimitExceeded``
+  (503, with ``Retry-After``), ``Unavailable`` (503), no answer (the request
+  never reaches moto), or no answer after moto carried the call out.
 
 A spot reclaim is made in moto's in-process backend: the instance is
 terminated with the state reason AWS gives (``Server.SpotInstanceTermination``).
@@ -58,6 +62,7 @@ from providers.base import (
     Throttled,
 )
 from providers.catalog import load_catalog
+from providers.emulators.faults import FaultPlan
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer
 from tests.optional import missing
@@ -175,9 +180,10 @@ class _Body:
 class AwsWire:
     """AWS behaviour moto lacks, played on the HTTP requests of the clients it is attached to."""
 
-    def __init__(self, endpoint: str, known_keys: set[str]) -> None:
+    def __init__(self, endpoint: str, known_keys: set[str], faults: FaultPlan | None = None) -> None:
         self.endpoint = endpoint
         self.known_keys = set(known_keys)
+        self.faults = (faults or FaultPlan()).dice()
         self.calls: Counter[str] = Counter()  # EC2 action -> requests seen
         self.last_params: dict[str, dict[str, str]] = {}  # EC2 action -> its last query parameters
         self._lock = threading.Lock()
@@ -232,11 +238,27 @@ class AwsWire:
             if queue:
                 code, status, message = queue.popleft()
                 return self._error(request, code, status, message)
+            fault = self.faults.draw(action)
+        if fault == "throttle":
+            return self._error(request, "RequestLimitExceeded", 503, "Request limit exceeded (injected).",
+                               {"Retry-After": f"{self.faults.plan.retry_after_seconds:g}"})
+        if fault == "5xx":
+            return self._error(request, "Unavailable", 503, "The server is overloaded (injected).")
+        if fault == "timeout":
+            from botocore.exceptions import ReadTimeoutError
+
+            raise ReadTimeoutError(endpoint_url=request.url)
         if action == "RunInstances":
-            return self._run_instances(request, raw, params)
+            return self._run_instances(request, raw, params, lose=fault == "lost")
+        if fault == "lost":
+            from botocore.exceptions import ReadTimeoutError
+
+            _post(request.url, "/", raw, _headers(request))  # carried out; the answer never arrives
+            raise ReadTimeoutError(endpoint_url=request.url)
         return None
 
-    def _run_instances(self, request: AWSPreparedRequest, body: bytes, params: dict[str, str]) -> AWSResponse:
+    def _run_instances(self, request: AWSPreparedRequest, body: bytes, params: dict[str, str], *,
+                       lose: bool = False) -> AWSResponse:
         from botocore.exceptions import ReadTimeoutError
 
         market = "spot" if params.get("InstanceMarketOptions.MarketType") == "spot" else "on-demand"
@@ -252,6 +274,8 @@ class AwsWire:
                     request, "IdempotentParameterMismatch", 400,
                     f"The client token {token} was used with different parameters ({' '.join(first_shape)})",
                 )
+            if lose:
+                raise ReadTimeoutError(endpoint_url=request.url)
             return self._replay(request, params, instance_id)
         if sold_out:
             return self._error(
@@ -264,7 +288,7 @@ class AwsWire:
             instance_id = _first_text(answer, "instanceId")
             with self._lock:
                 self._tokens[token] = (instance_id, shape)
-                lose, self._lose_next_launch = self._lose_next_launch, False
+                lose, self._lose_next_launch = lose or self._lose_next_launch, False
             if lose:
                 # The instance exists at the cloud; the caller never hears of it.
                 raise ReadTimeoutError(endpoint_url=request.url)
@@ -288,13 +312,14 @@ class AwsWire:
         replayed.extend(list(reservation))
         return _response(request, 200, ET.tostring(replayed, xml_declaration=True, encoding="utf-8"))
 
-    def _error(self, request: AWSPreparedRequest, code: str, status: int, message: str) -> AWSResponse:
+    def _error(self, request: AWSPreparedRequest, code: str, status: int, message: str,
+               headers: Mapping[str, str] | None = None) -> AWSResponse:
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>\n'
             f"<Response><Errors><Error><Code>{escape(code)}</Code><Message>{escape(message)}</Message>"
             f"</Error></Errors><RequestID>{self._request_id()}</RequestID></Response>"
         )
-        return _response(request, status, body.encode())
+        return _response(request, status, body.encode(), headers)
 
     def _request_id(self) -> str:
         return f"wire-{next(self._request_ids):08d}"
@@ -317,10 +342,12 @@ def _headers(request: AWSPreparedRequest) -> dict[str, str]:
     return out
 
 
-def _response(request: AWSPreparedRequest, status: int, body: bytes) -> AWSResponse:
+def _response(request: AWSPreparedRequest, status: int, body: bytes,
+              headers: Mapping[str, str] | None = None) -> AWSResponse:
     from botocore.awsrequest import AWSResponse
 
-    return AWSResponse(request.url, status, {"Content-Type": "text/xml;charset=UTF-8"}, _Body(body))
+    return AWSResponse(request.url, status, {"Content-Type": "text/xml;charset=UTF-8", **(headers or {})},
+                       _Body(body))
 
 
 def _first_text(xml: bytes, tag: str) -> str:
@@ -379,14 +406,14 @@ class AwsHarness:
     EC2 backend (about half a second), too slow to pay for every case.
     """
 
-    def __init__(self, **config_overrides: Any) -> None:
+    def __init__(self, *, faults: FaultPlan | None = None, **config_overrides: Any) -> None:
         self.endpoint = moto_endpoint()
         if moto_instance_count() > CROWDED:
             reset_moto(self.endpoint)
         self.clock = SimClock(START)
         self.currency = "USD"
         self.cluster = f"contract-{next(_clusters)}"
-        self.wire = AwsWire(self.endpoint, {GOOD_KEY})
+        self.wire = AwsWire(self.endpoint, {GOOD_KEY}, faults)
         self.config = harness_config(self.endpoint, **config_overrides)
         self.catalog: tuple[Offer, ...] = tuple(o for o in load_catalog() if o.provider == "aws")
         self.provider: Provider = self.build(self.config)
@@ -433,14 +460,29 @@ class AwsHarness:
     def provider_with_wrong_secret(self) -> Provider | None:
         return self.build(harness_config(self.endpoint, access_key=WRONG_KEY))
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        found = []
+        for region in REGIONS:
+            for machine in ec2_backends[DEFAULT_ACCOUNT_ID][region].all_instances():
+                tags = {t["key"]: t["value"] for t in machine.get_tags()}
+                if tags.get("gpusched:cluster") == self.cluster:
+                    found.append((tags, str(machine.state)))
+        return found
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.wire.faults.drawn)
+
     def close(self) -> None:
         pass  # the server is the session's; what this harness launched stays under its own cluster tag
 
 
-def _make_harness() -> AwsHarness:
+def _make_harness(faults: FaultPlan | None = None) -> AwsHarness:
     if _MISSING:
         missing(f"the AWS cases need {' and '.join(_MISSING)}: pip install '.[test]' (from the checkout)")
-    return AwsHarness()
+    return AwsHarness(faults=faults)
 
 
-HARNESSES: dict[str, Callable[[], Any]] = {"aws": _make_harness}
+HARNESSES: dict[str, Callable[..., Any]] = {"aws": _make_harness}

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from pydantic import SecretStr
 
 from providers.base import Instance, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Price, Stock
@@ -76,23 +77,26 @@ class TencentHarness:
     """One emulator, one sandbox cloud and one TencentProvider per test."""
 
     def __init__(self, *, catalog: tuple[Offer, ...] | None = None, record_requests: bool = False,
-                 **config_overrides: object) -> None:
+                 emulator: Mapping[str, Any] | None = None, **config_overrides: object) -> None:
         self.clock = SimClock(START)
         self.cloud = SandboxCloud(
             self.clock, catalog if catalog is not None else contract_catalog(), seed=11,
             spot_can_stop=False, forget_terminated_seconds=3600, id_prefix="cvm",
         )
+        # ``emulator``: options of the CVM emulator itself (faults, the Content-Type it answers with).
         self.emulator = TencentCvmEmulator(self.cloud, self.clock, {SECRET_ID: SECRET_KEY}, seed=11,
-                                           record_requests=record_requests)
+                                           record_requests=record_requests, **dict(emulator or {}))
         self.config = self.make_config(**config_overrides)
         self.provider: TencentProvider = self.build(self.config)
-        self.currency = self.config.currency
+        self.currency = self.config.billing_currency
         self.cluster = "contract"
 
     def make_config(self, **overrides: object) -> TencentConfig:
         fields: dict[str, object] = {
             "secret_id": SECRET_ID, "secret_key": SECRET_KEY, "regions": REGIONS, "image_id": IMAGE,
             "endpoint": self.emulator.endpoint, "protocol": "http", "request_timeout_seconds": 10,
+            # The bundled Tencent rows are the international site's list prices: an international account.
+            "currency": "USD",
         }
         fields.update(overrides)
         return TencentConfig(**fields)  # type: ignore[arg-type]
@@ -125,14 +129,23 @@ class TencentHarness:
     def provider_with_wrong_secret(self) -> Provider | None:
         return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.emulator.faults.drawn)
+
     def close(self) -> None:
         self.emulator.close()
 
 
-def _tencent() -> TencentHarness:
+def _tencent(faults: FaultPlan | None = None) -> TencentHarness:
     if _SDK_MISSING is not None:
         missing(f"the Tencent SDK is not installed ({_SDK_MISSING}); pip install '.[tencent]' (from the checkout)")
-    return TencentHarness()
+    if faults is None:
+        return TencentHarness()
+    # Under faults the ActionTimer backstop is on too: a retried launch must send the same ActionTime.
+    return TencentHarness(emulator={"faults": faults}, max_lifetime_hours=24)
 
 
-HARNESSES: dict[str, Callable[[], TencentHarness]] = {"tencent": _tencent}
+HARNESSES: dict[str, Callable[..., TencentHarness]] = {"tencent": _tencent}

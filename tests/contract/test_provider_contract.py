@@ -8,12 +8,14 @@ cloud behind it (time, stock, faults, reclaims).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from decimal import Decimal
 from typing import TYPE_CHECKING, Collection
 
 import pytest
 
 from providers.base import (
+    TAG_ATTEMPT,
     TAG_JOB,
     TAG_MANAGED,
     AuthFailed,
@@ -31,6 +33,8 @@ from providers.base import (
 from providers.retry import call_with_retry
 from scheduler.clock import Clock, SystemClock
 from scheduler.models import Capacity, Offer
+
+from .workload import Workload
 
 if TYPE_CHECKING:
     from .conftest import ProviderHarness
@@ -287,3 +291,35 @@ def test_wrong_secret_is_auth_failed(harness: ProviderHarness) -> None:
         pytest.skip("this provider has no credentials to get wrong (in-memory sandbox); applies to HTTP providers")
     with pytest.raises(AuthFailed):
         wrong.offers()
+
+
+# --- under faults ---------------------------------------------------------------------------------
+
+
+def test_under_faults_one_machine_per_intent_nothing_left_running_and_every_job_done(
+    faulty_harness: ProviderHarness,
+) -> None:
+    """Run by ``faulty_harness`` for every provider twice: its cloud failing no call, and 10% of all calls
+    (throttled with Retry-After, 5xx, no answer, or no answer after the call was carried out)."""
+    harness = faulty_harness
+    rng = random.Random(1)
+    harness.advance(50 * 60)  # 09:50: the run crosses a whole hour, as time-derived launch parameters do
+    offers = call_with_retry(harness.provider.offers, clock=retry_clock(harness), rng=rng)
+    offer = next(o for o in offers if o.on_demand is not None and o.spot is not None)
+
+    report = Workload(harness, offer, jobs=8).run()
+
+    # Every job done.
+    assert report.rounds < 400
+    # One machine per intent (job, attempt), as the cloud itself counts them and as every listing showed them.
+    per_intent = Counter((t.get(TAG_JOB), t.get(TAG_ATTEMPT)) for t, _ in harness.machines())
+    assert per_intent and max(per_intent.values()) == 1, per_intent
+    assert all(len(ids) == 1 for ids in report.intents.values()), report.intents
+    # Nothing left running that no job owns: once the cloud has settled, every machine is gone.
+    harness.advance(SETTLE_SECONDS)
+    listed = call_with_retry(lambda: harness.provider.instances(tags(harness)), clock=retry_clock(harness), rng=rng)
+    assert all(i.state is S.terminated for i in listed), [(i.ref.instance_id, i.state) for i in listed]
+    assert {state for _, state in harness.machines()} == {"terminated"}
+    dealt = harness.faults_dealt()
+    if dealt:  # the faulty run really was faulty (which kinds, the seed decides; each kind has its own cases)
+        assert sum(dealt.values()) >= 3, dealt

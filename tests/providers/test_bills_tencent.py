@@ -40,7 +40,7 @@ class World:
 
     def config(self, secret: str = SECRET_KEY) -> TencentConfig:
         return TencentConfig(secret_id=SecretStr(SECRET_ID), secret_key=SecretStr(secret), regions=(OFFER.region,),
-                             billing_endpoint=self.billing.endpoint, protocol="http")
+                             billing_endpoint=self.billing.endpoint, protocol="http", currency="USD")
 
     def reader(self, secret: str = SECRET_KEY, page_size: int = 100) -> TencentBills:
         config = self.config(secret)

@@ -40,7 +40,8 @@ def test_every_row_loads_as_an_offer() -> None:
     assert len({o.key for o in OFFERS}) == len(OFFERS)
 
 
-@pytest.mark.parametrize("provider, currency", [("aws", "USD"), ("alibaba", "CNY"), ("tencent", "USD")])
+@pytest.mark.parametrize("provider, currency", [("aws", "USD"), ("alibaba", "CNY"), ("tencent", "USD"),
+                                                ("huawei", "CNY")])
 def test_prices_are_decimal_in_the_currency_they_were_published_in(provider: str, currency: str) -> None:
     offers = filter_offers(OFFERS, providers=[provider])
     assert offers
@@ -101,6 +102,22 @@ def test_tencent_prices_outside_guangzhou_3_are_labelled_as_assumed() -> None:
             assert "assumed equal to Guangzhou Zone 3" in o.on_demand.source
 
 
+def test_huawei_prices_are_the_stand_ins_their_sources_name() -> None:
+    # No Huawei price is published where the catalog looked (docs/prices.md, H1): each row names the Alibaba
+    # type whose B1 price stands in. The stand-in must sell the same GPU model and count, at that price.
+    huawei = filter_offers(OFFERS, providers=["huawei"])
+    assert huawei
+    for o in huawei:
+        assert o.on_demand is not None and o.spot is not None
+        assert o.on_demand.source.startswith("estimate:"), o.key
+        stand_in = re.search(r"stand-in: Alibaba (\S+) B1", o.on_demand.source).group(1)  # type: ignore[union-attr]
+        alibaba = [a for a in OFFERS if a.provider == "alibaba" and a.instance_type == stand_in]
+        assert alibaba, f"{o.key}: no Alibaba {stand_in} in the catalog"
+        assert {(a.gpu, a.gpu_count) for a in alibaba} == {(o.gpu, o.gpu_count)}, o.key
+        assert o.on_demand.per_hour in {a.on_demand.per_hour for a in alibaba if a.on_demand}, o.key
+        assert o.spot.per_hour.amount == o.on_demand.per_hour.amount * Decimal("0.45"), o.key
+
+
 @pytest.mark.parametrize(
     "provider, zone, instance_type, on_demand, currency",
     [
@@ -128,6 +145,7 @@ def test_sourced_on_demand_prices_are_carried_exactly(
         ("aws", {"T4", "A10G", "L4", "V100", "A100-40G", "H100"}),
         ("alibaba", {"T4", "A10", "V100", "V100-32G", "A100-80G"}),
         ("tencent", {"T4", "V100-32G"}),
+        ("huawei", {"T4", "V100", "V100-32G", "A100-80G"}),
     ],
 )
 def test_each_cloud_offers_its_gpus(provider: str, gpus: set[str]) -> None:
@@ -140,6 +158,7 @@ def test_each_cloud_offers_its_gpus(provider: str, gpus: set[str]) -> None:
         ("aws", ["ap-northeast-1", "us-east-1", "us-west-2"]),
         ("alibaba", ["cn-beijing", "cn-hangzhou", "cn-shanghai", "cn-wulanchabu"]),
         ("tencent", ["ap-beijing", "ap-guangzhou", "ap-shanghai"]),
+        ("huawei", ["cn-east-3", "cn-north-4"]),
     ],
 )
 def test_each_cloud_covers_its_regions_with_several_zones(provider: str, regions: list[str]) -> None:

@@ -188,3 +188,47 @@ def test_nonsense_settings_are_refused(attempts: int, base: float, cap: float) -
     with pytest.raises(ValueError):
         run(fn, SimClock(T0), attempts=attempts, base_seconds=base, cap_seconds=cap)
     assert fn.calls == 0
+
+
+# --- the wait the cloud asks for (Retry-After) ---------------------------------------------------
+
+
+def test_a_named_wait_is_waited_at_least() -> None:
+    clock = SimClock(T0)
+    script = Script([Throttled("slow down", retry_after=4.0), Throttled("slow down", retry_after=0.0)])
+
+    result, seen = run(script, clock, base_seconds=0.01, cap_seconds=20)
+
+    assert result == "done"
+    assert seen[0][2] >= 4.0  # the first wait honours Retry-After
+    assert seen[1][2] <= 0.02  # a zero Retry-After changes nothing: the back-off decides
+    assert clock.now() - T0 >= timedelta(seconds=4)
+
+
+def test_a_named_wait_longer_than_the_cap_ends_the_retries_at_once() -> None:
+    clock = SimClock(T0)
+    script = Script([Throttled("come back in ten minutes", retry_after=600.0)])
+
+    with pytest.raises(Throttled):
+        run(script, clock, cap_seconds=20)
+
+    assert script.calls == 1
+    assert clock.now() == T0  # nothing slept: the caller's next round comes back
+
+
+def test_a_busy_resource_is_retried() -> None:
+    from scheduler.errors import ResourceBusy
+
+    clock = SimClock(T0)
+    result, seen = run(Script([ResourceBusy("another operation"), ResourceBusy("another operation")]), clock)
+
+    assert result == "done" and [a for a, _, _ in seen] == [1, 2]
+
+
+@pytest.mark.parametrize(("header", "seconds"), [("7", 7.0), (" 1.5 ", 1.5), ("0", 0.0), (None, None),
+                                                  ("soon", None), ("-3", None), ("nan", None), ("inf", None),
+                                                  ("Wed, 21 Oct 2026 07:28:00 GMT", None)])
+def test_retry_after_headers_are_read_as_seconds(header: str | None, seconds: float | None) -> None:
+    from providers.retry import parse_retry_after
+
+    assert parse_retry_after(header) == seconds

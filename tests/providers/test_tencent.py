@@ -32,6 +32,7 @@ from providers.base import (
     TAG_JOB,
     TAG_MANAGED,
     AuthFailed,
+    BillingStopped,
     Capability,
     InstanceRef,
     InstanceRequest,
@@ -354,7 +355,7 @@ def test_every_field_the_emulator_answers_is_one_the_sdk_models_know(h: TencentH
         ("LimitExceeded.SpotQuota", QuotaExceeded),
         ("LimitExceeded.UserSpotQuota", QuotaExceeded),
         ("LimitExceeded.InstanceQuota", QuotaExceeded),
-        ("InvalidAccount.InsufficientBalance", QuotaExceeded),
+        ("InvalidAccount.InsufficientBalance", BillingStopped),
         ("RequestLimitExceeded", Throttled),
         ("RequestLimitExceeded.UinLimitExceeded", Throttled),
         ("AuthFailure.SignatureFailure", AuthFailed),
@@ -591,13 +592,16 @@ def test_without_live_prices_the_bundled_catalog_serves_and_no_price_call_is_mad
     ],
 )
 def test_config_rejects_what_cannot_work(fields: dict[str, Any]) -> None:
-    base: dict[str, Any] = {"secret_id": "AKID1", "secret_key": "s3cret", "regions": ("ap-guangzhou",)}
+    base: dict[str, Any] = {"secret_id": "AKID1", "secret_key": "s3cret", "regions": ("ap-guangzhou",),
+                            "currency": "USD"}
+    TencentConfig(**base)  # valid as it is: each case below fails for its own field
     with pytest.raises(ValidationError):
         TencentConfig(**{**base, **fields})
 
 
 def test_config_keeps_secrets_out_of_its_repr() -> None:
-    config = TencentConfig(secret_id="AKIDvisible", secret_key="do-not-print", regions=("ap-guangzhou",))
+    config = TencentConfig(secret_id="AKIDvisible", secret_key="do-not-print", regions=("ap-guangzhou",),
+                           currency="CNY")
     assert "do-not-print" not in repr(config) and "AKIDvisible" not in repr(config)
     assert isinstance(config.secret_key, SecretStr)
 

@@ -93,3 +93,30 @@ def test_the_demo_report_agrees_with_itself(demo):
     assert any(b.unused_reservation for b in report.by_team)
     assert f"total {report.total}" in text
     assert report.forecast is not None and any(d.future for d in report.by_day)
+
+
+def test_the_demo_report_reads_in_a_browser_on_a_screen_and_a_phone(demo, tmp_path):
+    """The report a real month makes (not a fixture's), in the system's Chromium: see test_report_browser."""
+    from tests.accounting.browser import chromium, images, layout_problems, sync_playwright
+
+    result, _ = demo
+    page_file = result.report_paths["html"]
+    problems = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            for name, viewport, phone in (("1280", {"width": 1280, "height": 800}, False),
+                                          ("390", {"width": 390, "height": 844}, True)):
+                ctx = browser.new_context(viewport=viewport, is_mobile=phone, has_touch=phone)
+                page = ctx.new_page()
+                page.goto(page_file.as_uri())
+                page.screenshot(path=str(tmp_path / f"demo-report-{name}.png"), full_page=True)
+                problems[name] = layout_problems(page, wide_tables=not phone)
+                loaded = [(i["complete"], i["natural"] > 0, i["phone"]) for i in images(page)]
+                assert loaded == [(True, True, phone)] * 3
+                ctx.close()
+        finally:
+            browser.close()
+    assert problems == {"1280": [], "390": []}
+    units = result.report.unit_costs
+    assert units.training.jobs > 0 and units.training.per_unit is not None  # the demo completes training runs

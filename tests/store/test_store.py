@@ -176,7 +176,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0008"
+    assert any_store.head() == "0012"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
@@ -316,4 +316,25 @@ def test_jobs_stored_before_0008_keep_their_losses_as_restarts(tmp_path: Path) -
     store.migrate()
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT restarts FROM jobs WHERE id = 'j1'")).scalar_one() == 3
+    store.dispose()
+
+
+def test_budget_alerts_sent_before_0011_stay_the_teams_and_a_downgrade_keeps_them(tmp_path: Path) -> None:
+    """0011 gives each sent alert a scope: the rows before it were teams' alerts, and stay sent (not sent twice)."""
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    store.migrate("0008")
+    insert = ("INSERT INTO budget_alerts ({who}, month, threshold_pct, at, actual_amount, budget_amount, currency, "
+              "delivered) VALUES ('vision', '2026-11', 50, '2026-11-10 00:00:00', 60, 100, 'CNY', 'mail')")
+    with store.engine.begin() as conn:
+        conn.execute(text(insert.format(who="team")))
+    store.migrate()
+    with store.engine.begin() as conn:
+        assert conn.execute(text("SELECT scope, name FROM budget_alerts")).one() == ("team", "vision")
+        # A project of the same name is alerted apart; the same team twice is refused by the unique key.
+        conn.execute(text(insert.format(who="scope, name").replace("('vision'", "('project', 'vision'")))
+    with pytest.raises(IntegrityError), store.engine.begin() as conn:
+        conn.execute(text(insert.format(who="scope, name").replace("('vision'", "('team', 'vision'")))
+    store.downgrade("0008")
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT team, threshold_pct FROM budget_alerts")).all() == [("vision", 50)]
     store.dispose()

@@ -1,0 +1,143 @@
+"""The leader lease: which of several daemons on one database leads, decided by one row per lease name.
+
+A daemon takes the lease, or renews its own, with one conditional UPDATE: it sets itself as holder
+where the row is its own already or has expired (compare-and-set on ``holder`` and ``expires_at``).
+Two contenders cannot both win: on PostgreSQL the second UPDATE waits for the first to commit and
+then re-checks its WHERE against the row the first wrote (READ COMMITTED re-evaluation), and on
+SQLite every write transaction holds the database's write lock from BEGIN IMMEDIATE.
+
+``term`` counts holders: it grows by one each time the lease changes hands, never on a renewal, so
+a deposed leader's writes can be fenced by term (``check_fence``). Times come from the caller's clock
+(the daemons' clocks must agree to well under the lease's length, as NTP keeps them).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import case, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from scheduler.errors import LeadershipLost
+from scheduler.store.tables import LeaderLeaseRow
+from scheduler.times import utc
+
+__all__ = ["Lease", "acquire", "check_fence", "holder_id", "read", "release"]
+
+NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the expiry of a lease nobody has held yet
+_HOLDER_MAX = 160  # the column's width
+_T = LeaderLeaseRow.__table__
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The lease row as one read saw it."""
+
+    name: str
+    holder: str  # '' before anyone held it
+    term: int
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_at: datetime
+
+    def held_by(self, holder: str, now: datetime) -> bool:
+        return self.holder == holder and now < self.expires_at
+
+    def live(self, now: datetime) -> bool:
+        """Someone holds it and it has not expired."""
+        return bool(self.holder) and now < self.expires_at
+
+
+def holder_id() -> str:
+    """``host:pid:random``: names one daemon process; the random part tells a restarted process (same pid
+    in a fresh container) from the one before it."""
+    tail = f":{os.getpid()}:{secrets.token_hex(4)}"
+    return socket.gethostname()[: _HOLDER_MAX - len(tail)] + tail
+
+
+def acquire(session: Session, name: str, holder: str, now: datetime, duration: timedelta) -> Lease:
+    """Take the lease ``name`` for ``holder`` until ``now + duration``, or renew it: one compare-and-set.
+
+    Returns the row as it stands afterwards, in the caller's transaction: ``holder`` leads when
+    ``lease.holder == holder``. A holder renewing its own lease keeps its term (and ``acquired_at``),
+    even if it had expired meanwhile, since nobody else held it in between; taking it from another
+    holder, or from nobody, starts the next term.
+    """
+    if duration <= timedelta(0):
+        raise ValueError("a lease lasts more than zero seconds")
+    if not holder or len(holder) > _HOLDER_MAX:
+        raise ValueError(f"a lease holder is 1 to {_HOLDER_MAX} characters")
+    now = utc(now)
+    _ensure_row(session, name)
+    mine = _T.c.holder == holder
+    at = literal(now, type_=_T.c.acquired_at.type)
+    session.execute(
+        update(_T)
+        .where(_T.c.name == name, or_(mine, _T.c.expires_at <= now))
+        # SET reads the row as it was before the UPDATE: ``mine`` is about the old holder.
+        .values(holder=holder,
+                term=case((mine, _T.c.term), else_=_T.c.term + 1),
+                acquired_at=case((mine, _T.c.acquired_at), else_=at),
+                renewed_at=now,
+                expires_at=now + duration)
+    )
+    lease = read(session, name)
+    assert lease is not None  # _ensure_row made it
+    return lease
+
+
+def release(session: Session, name: str, holder: str, now: datetime) -> bool:
+    """Let the lease go at once (a daemon stopping cleanly), so the next daemon need not wait it out.
+
+    Only the holder's own, unexpired lease is released; the term stays, so the next holder starts a new one.
+    """
+    now = utc(now)
+    done = session.execute(
+        update(_T).where(_T.c.name == name, _T.c.holder == holder, _T.c.expires_at > now).values(expires_at=now)
+    )
+    return bool(done.rowcount)
+
+
+def read(session: Session, name: str, *, share_lock: bool = False) -> Lease | None:
+    """The lease row, or None before anyone asked for it.
+
+    ``share_lock`` (PostgreSQL) holds the row against any change until the transaction ends: a
+    takeover waits for the fenced transaction to commit. SQLite ignores it; its write transactions
+    already exclude each other.
+    """
+    query = select(_T).where(_T.c.name == name)
+    if share_lock:
+        query = query.with_for_update(read=True)
+    row = session.execute(query).one_or_none()
+    if row is None:
+        return None
+    return Lease(name=row.name, holder=row.holder, term=row.term, acquired_at=row.acquired_at,
+                 renewed_at=row.renewed_at, expires_at=row.expires_at)
+
+
+def check_fence(session: Session, name: str, holder: str, term: int, now: datetime) -> Lease:
+    """Raise ``LeadershipLost`` unless ``holder`` still holds ``name`` in ``term``, unexpired at ``now``.
+
+    Run inside a transaction that is about to write: the row stays share-locked to its end, so on
+    PostgreSQL no other daemon can take the lease between this check and the commit.
+    """
+    lease = read(session, name, share_lock=True)
+    if lease is None or lease.holder != holder or lease.term != term:
+        who = "nobody" if lease is None or not lease.holder else f"{lease.holder} (term {lease.term})"
+        raise LeadershipLost(f"the {name} lease of term {term} is lost: now held by {who}")
+    if now >= lease.expires_at:
+        raise LeadershipLost(f"the {name} lease of term {term} expired at {lease.expires_at.isoformat()}")
+    return lease
+
+
+def _ensure_row(session: Session, name: str) -> None:
+    """The lease's row, expired and held by nobody, if it does not exist yet (two first daemons race here
+    harmlessly: ON CONFLICT DO NOTHING)."""
+    values = dict(name=name, holder="", term=0, acquired_at=NEVER, renewed_at=NEVER, expires_at=NEVER)
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    session.execute(insert(_T).values(**values).on_conflict_do_nothing(index_elements=["name"]))
