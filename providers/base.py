@@ -54,6 +54,13 @@ class Capability(StrEnum):
     spot_stop = "spot_stop"  # spot instances can be stopped, not only terminated
     live_prices = "live_prices"  # offers() asks the cloud for current prices
     preemption_events = "preemption_events"  # instances() reports spot reclaims with a reason
+    # A billing rule rather than a feature: the meter starts when the instance first runs, so its boot
+    # is free (AWS: usage begins when the instance enters running). Without it the cloud bills from
+    # creation, the boot included (Alibaba ECS and Tencent CVM pay-as-you-go and spot). On every cloud
+    # the meter runs until the instance is released (terminated, or stopped in stop-charging mode): a
+    # reclaim that is announced (``Instance.preempted`` while it still runs) has not stopped it yet.
+    # The ledger follows the rule (``scheduler/lifecycle/transitions.py``, ``bills_boot``).
+    bills_from_running = "bills_from_running"
 
 
 # Tags put on every instance at creation. TAG_MANAGED carries the deployment's

@@ -59,7 +59,8 @@ class AwsProvider:
     """
 
     name = NAME
-    capabilities = frozenset({Capability.stop_charging, Capability.preemption_events, Capability.live_prices})
+    capabilities = frozenset({Capability.stop_charging, Capability.preemption_events, Capability.live_prices,
+                              Capability.bills_from_running})
 
     def __init__(
         self,

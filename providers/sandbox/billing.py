@@ -2,10 +2,10 @@
 
 The emulated bills (``providers/emulators/alibaba_bss.py``, ``tencent_billing.py``, and the Cost Explorer
 results ``aws_ce.py`` loads into moto) all start here, so the bill a reconciliation reads comes from the
-machines' own state history, never from gpusched's ledger: the ledger opens billing when a tick sees a
-machine running and closes it when a tick sees it stop, while the cloud bills from the exact moment of
-each state change. That, and each cloud's rounding, make the small, real difference a reconciliation
-should find.
+machines' own state history, never from gpusched's ledger: the ledger follows the same rules
+(``Capability.bills_from_running``) but learns of a change it did not make at the tick that sees it, while
+the cloud bills from the exact moment of each state change. That, and each cloud's rounding, make the
+small, real difference a reconciliation should find.
 
 The rules (``BillingRules``), per cloud:
 

@@ -38,13 +38,14 @@ _T = TypeVar("_T")
 
 _C = Capability
 _CAPABILITIES: dict[str, frozenset[Capability]] = {
-    # One-time spot instances on AWS cannot be stopped, only terminated.
-    "aws": frozenset({_C.stop_charging, _C.preemption_events}),
+    # One-time spot instances on AWS cannot be stopped, only terminated; the boot is not billed.
+    "aws": frozenset({_C.stop_charging, _C.preemption_events, _C.bills_from_running}),
     # ECS: StopCharging mode, and SpotInterruptionBehavior=Stop exists.
     "alibaba": frozenset({_C.stop_charging, _C.spot_stop, _C.preemption_events}),
     "tencent": frozenset({_C.stop_charging, _C.preemption_events}),
     # ECS: a stopped pay-per-use GPU server bills only its disks; gpusched does not stop spot servers.
     "huawei": frozenset({_C.stop_charging, _C.preemption_events}),
+    # Every feature; the billing rule is the default one (from creation), as the ledger always had it.
     "sandbox": frozenset({_C.stop_charging, _C.spot_stop, _C.live_prices, _C.preemption_events}),
 }
 

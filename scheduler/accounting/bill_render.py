@@ -78,8 +78,8 @@ def bills_notes(rec: BillReconciliation) -> list[str]:
         "Tencent DescribeBillDetail) against gpusched's ledger, instance by instance, in the cloud's currency. "
         f"Differences within {rec.tolerance_pct.normalize():f}% are expected: each cloud bills from its own "
         "moments (AWS from running, Alibaba and Tencent from creation, until the machine stops or is released) "
-        "and rounds as it settles, while the ledger counts from the tick that saw a machine start to the tick "
-        "that stopped it.",
+        "and rounds as it settles; the ledger follows the same rules but learns of a change it did not make "
+        "(a machine up, a reclaim) at the next tick.",
         "Report-currency figures convert at {} rates: {}.".format(
             f"the rates set for {rec.month}" if rec.fx_dated else "the default",
             "; ".join(f"1 {cur} = {rate:.6g} {rec.currency}" for cur, rate in rec.fx.items())),

@@ -1,4 +1,5 @@
-"""The monthly report as a PDF (ReportLab), for the mail: the headline, team budgets, breakdowns, charts.
+"""The monthly report as a PDF (ReportLab), for the mail: the headline, team budgets, breakdowns, charts,
+and the clouds' bills against the ledger when the report has them.
 
 Not WeasyPrint (HTML to PDF): it needs the system's Pango library, which ``pip`` cannot install, so a
 machine with Python alone could not make the PDF. ReportLab installs from wheels only; the PDF is built
@@ -13,6 +14,15 @@ import io
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from scheduler.accounting.bill_render import (
+    BILL_HEADERS,
+    MISSING_HEADERS,
+    UNKNOWN_HEADERS,
+    bill_cells,
+    bills_notes,
+    missing_cells,
+    unknown_cells,
+)
 from scheduler.accounting.report_models import MonthlyReport
 from scheduler.accounting.report_render import (
     BREAKDOWN_HEADERS,
@@ -95,6 +105,21 @@ def render_pdf(report: MonthlyReport) -> bytes:
             scale = min(1.0, 24 * cm / img.drawWidth)  # layout, not money: floats are fine
             img.drawWidth, img.drawHeight = img.drawWidth * scale, img.drawHeight * scale
             story += [img, Spacer(1, 0.3 * cm)]
+    if r.bills is not None:  # a month without spend can still be billed (a leak)
+        story.append(Paragraph("Bills vs ledger", styles["Heading2"]))
+        story.append(para(f"Each cloud's own bill for {r.bills.month}, matched to the ledger instance by instance, "
+                          f"in the cloud's currency; a difference within {r.bills.tolerance_pct.normalize():f}% "
+                          "is expected.", small))
+        story.append(table(BILL_HEADERS, [bill_cells(c) for c in r.bills.clouds]))
+        unknown = [unknown_cells(c.cloud, u) for c in r.bills.clouds for u in c.unknown]
+        if unknown:
+            story.append(para("Billed instances gpusched does not know:", small))
+            story.append(table(UNKNOWN_HEADERS, unknown))
+        lacking = [missing_cells(c.cloud, m) for c in r.bills.clouds for m in c.missing]
+        if lacking:
+            story.append(para("Ledger instances the bills lack:", small))
+            story.append(table(MISSING_HEADERS, lacking))
+        story += [para(n, small) for n in bills_notes(r.bills)]
     story.append(Paragraph("Notes", styles["Heading2"]))
     story += [para(f"- {n}", small) for n in r.notes]
 

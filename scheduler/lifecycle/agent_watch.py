@@ -14,8 +14,9 @@ A failed call leaves everything as it was for the next tick. The simulated agent
 (``scheduler/simulation/simagent.py``) stamp the heartbeat of every machine they run on, so this
 only fires in a simulation whose agents go silent.
 
-``terminate_reclaimed`` is the tick's half of a spot reclaim notice that a machine's agent passed on
-(``agent_reports.report_reclaiming``): the job is requeued at once, and the machine terminated here.
+``terminate_reclaimed`` is the tick's half of a spot reclaim notice, passed on by the machine's agent
+(``agent_reports.report_reclaiming``) or announced by the cloud (``reconcile``, Alibaba's Recycling lock):
+the job is requeued at once, and the machine, which bills until it is released, terminated here.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def terminate_reclaimed(ctx: TickContext, now: datetime, report: TickReport) -> 
     with ctx.store.session(write=False) as s:
         marked = s.execute(
             select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
-            .where(InstanceRow.state == I.running.value, InstanceRow.preempted.is_(True),
+            .where(InstanceRow.state.in_((I.running.value, I.pending.value)), InstanceRow.preempted.is_(True),
                    InstanceRow.job_id.is_(None))
             .order_by(InstanceRow.id)
         ).all()
@@ -115,7 +116,7 @@ def terminate_reclaimed(ctx: TickContext, now: datetime, report: TickReport) -> 
             continue
         with ctx.store.session() as s:
             row = s.get(InstanceRow, row_id)
-            if row is None or I(row.state) is not I.running or row.job_id is not None:
+            if row is None or I(row.state) not in (I.running, I.pending) or row.job_id is not None:
                 continue
             ledger.close_interval(s, row.id, now)
             set_instance(row, I.terminating)

@@ -26,6 +26,7 @@ from scheduler.accounting import ledger
 from scheduler.lifecycle.billed_stops import bill_stopped
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import (
+    bills_boot,
     open_billing,
     requeue_after_loss,
     set_instance,
@@ -112,6 +113,13 @@ def _reconcile_seen(
         row.cloud_id = cloud.ref.instance_id
         add_event(s, now, "instance_found", f"found {cloud.ref.instance_id} by its tags", instance_id=row.id)
     state = I(row.state)
+    if cloud.preempted and cloud.state in (InstanceState.pending, InstanceState.running) \
+            and state in (I.pending, I.running):
+        # Announced, not yet done (Alibaba's Recycling lock): the job is lost, but the machine bills
+        # until the cloud releases it, so its hours stay in the ledger until then.
+        _reclaim_announced(ctx, s, row, now, reason=cloud.preempt_reason or "spot reclaim announced",
+                           report=report)
+        return False
     if cloud.preempted or (cloud.state is InstanceState.terminated and state is not I.terminating):
         reason = cloud.preempt_reason or "the cloud terminated it"
         _instance_lost(ctx, s, row, now, reason=reason, preempted=cloud.preempted, report=report)
@@ -125,14 +133,16 @@ def _reconcile_seen(
     if cloud.state is InstanceState.running and state in (I.requested, I.pending):
         set_instance(row, I.running)
         row.running_at = now
-        if state is I.requested:
+        # Billing opened at launch where the boot is billed; where it is free (AWS), it opens now.
+        if state is I.requested or ledger.open_interval_of(s, row.id) is None:
             open_billing(s, row, now)
         if row.job_id:
             start_job_on(s, row, now)
         return False
     if cloud.state is InstanceState.pending and state is I.requested:
         set_instance(row, I.pending)
-        open_billing(s, row, now)
+        if bills_boot(ctx.providers.get(row.provider)):
+            open_billing(s, row, now)
         return False
     if cloud.stop_keeps_billing and state in (I.stopping, I.stopped) and row.job_id is None:
         return bill_stopped(s, row, now)
@@ -186,6 +196,24 @@ def _reconcile_missing(
             add_event(s, now, "instance_terminated", "gone from the cloud's list", instance_id=row.id)
         else:
             _instance_lost(ctx, s, row, now, reason="vanished from the cloud's list", preempted=False, report=report)
+
+
+def _reclaim_announced(
+    ctx: TickContext, s: Session, row: InstanceRow, now: datetime, *, reason: str, report: TickReport
+) -> None:
+    """The cloud announced a spot reclaim of a machine that still runs: its job is lost now (requeued to
+    resume from its last checkpoint, as on the agent's own notice), while the machine, working for
+    nobody, bills on as idle time until it is released: ``agent_watch.terminate_reclaimed`` terminates
+    it, or the cloud takes it first. Once marked, later sightings of the notice change nothing."""
+    if row.preempted and row.job_id is None:
+        return
+    billing = ledger.close_interval(s, row.id, now) is not None
+    row.preempted, row.reason = True, reason
+    add_event(s, now, "reclaim_notice", f"{reason}: the cloud takes the machine; its job is requeued",
+              instance_id=row.id, job_id=row.job_id)
+    requeue_job_of(ctx, s, row, now, reason=reason, report=report)
+    if billing or I(row.state) is I.running:
+        ledger.open_interval(s, row, kind="idle", job_id=None, team=row.team, project=row.project, at=now)
 
 
 def _instance_lost(

@@ -57,6 +57,7 @@ from scheduler.lifecycle.reconcile import reconcile
 from scheduler.lifecycle.set_aside import describe, screen_stored_specs, set_aside
 from scheduler.lifecycle.steering import place_waiting, steer
 from scheduler.lifecycle.transitions import (
+    bills_boot,
     current_attempt,
     make_idle,
     open_billing,
@@ -538,7 +539,8 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
         if I(row.state) is I.requested:
             target = I.running if inst.state is InstanceState.running else I.pending
             set_instance(row, target)
-            open_billing(s, row, now)
+            if target is I.running or bills_boot(ctx.providers.get(row.provider)):
+                open_billing(s, row, now)  # else when reconcile first sees it running: the boot is free
             if target is I.running:
                 row.running_at = now
                 start_job_on(s, row, now)

@@ -12,6 +12,7 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from providers.base import Capability, Provider
 from scheduler.accounting import ledger
 from scheduler.lifecycle import gang
 from scheduler.models import JobSpec
@@ -53,6 +54,14 @@ def set_instance(row: InstanceRow, state: InstanceRowState) -> None:
     row.state = move(INSTANCE_MOVES, I(row.state), state, "instance")
 
 
+def bills_boot(provider: Provider | None) -> bool:
+    """Whether the cloud bills a machine from its creation, boot included (Alibaba, Tencent), rather than
+    from the moment it first runs (AWS: ``Capability.bills_from_running``). The ledger opens a machine's
+    billing at launch for the first, at the first sighting of it running for the second, so that it
+    counts the hours the cloud bills. A provider not built (a cloud no longer configured) bills as most do."""
+    return provider is None or Capability.bills_from_running not in provider.capabilities
+
+
 def open_billing(s: Session, row: InstanceRow, now: datetime) -> None:
     kind = "busy" if row.job_id else "idle"
     ledger.open_interval(s, row, kind=kind, job_id=row.job_id, team=row.team, project=row.project, at=now)
@@ -77,10 +86,11 @@ def start_job_on(s: Session, row: InstanceRow, now: datetime) -> None:
 
 
 def make_idle(s: Session, row: InstanceRow, now: datetime) -> None:
-    ledger.close_interval(s, row.id, now)
+    billing = ledger.close_interval(s, row.id, now) is not None
     row.job_id = None
     row.idle_since = now
-    if I(row.state) in (I.running, I.pending):
+    # A running machine bills; a booting one only where its cloud bills the boot (it was billing then).
+    if I(row.state) is I.running or (I(row.state) is I.pending and billing):
         ledger.open_interval(s, row, kind="idle", job_id=None, team=row.team, project=row.project, at=now)
 
 

@@ -494,7 +494,8 @@ def test_from_config_wires_a_working_provider(aws: AwsHarness) -> None:
     provider = from_config(aws.config, aws.clock, aws.catalog, shared_session())
 
     assert provider.name == "aws"
-    assert provider.capabilities == {Capability.stop_charging, Capability.preemption_events, Capability.live_prices}
+    assert provider.capabilities == {Capability.stop_charging, Capability.preemption_events, Capability.live_prices,
+                                     Capability.bills_from_running}
     assert Capability.spot_stop not in provider.capabilities
     launched = provider.launch(_request(aws, _catalog_offer(aws), Capacity.on_demand, "wired"))
     assert [i.ref for i in provider.instances({TAG_MANAGED: aws.cluster})] == [launched.ref]

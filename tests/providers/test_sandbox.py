@@ -588,10 +588,10 @@ def test_duplicate_catalog_entries_are_refused() -> None:
 @pytest.mark.parametrize(
     ("cloud_name", "has", "lacks"),
     [
-        ("aws", {C.stop_charging, C.preemption_events}, {C.spot_stop}),
-        ("alibaba", {C.stop_charging, C.spot_stop, C.preemption_events}, set()),
-        ("tencent", {C.stop_charging, C.preemption_events}, {C.spot_stop}),
-        ("sandbox", {C.stop_charging, C.spot_stop, C.live_prices, C.preemption_events}, set()),
+        ("aws", {C.stop_charging, C.preemption_events, C.bills_from_running}, {C.spot_stop}),
+        ("alibaba", {C.stop_charging, C.spot_stop, C.preemption_events}, {C.bills_from_running}),
+        ("tencent", {C.stop_charging, C.preemption_events}, {C.spot_stop, C.bills_from_running}),
+        ("sandbox", {C.stop_charging, C.spot_stop, C.live_prices, C.preemption_events}, {C.bills_from_running}),
     ],
 )
 def test_capabilities_mirror_the_real_clouds(cloud_name: str, has: set[Capability], lacks: set[Capability]) -> None:
@@ -607,7 +607,8 @@ def test_capabilities_for_an_unknown_cloud_must_be_given() -> None:
 
 
 def test_capabilities_keep_their_strings_and_a_misspelt_one_fails_loudly() -> None:
-    assert sorted(C) == ["live_prices", "preemption_events", "spot_stop", "stop_charging"]  # as stored and logged
+    assert sorted(C) == ["bills_from_running", "live_prices", "preemption_events", "spot_stop",
+                         "stop_charging"]  # as stored and logged
     assert C("spot_stop") is C.spot_stop and f"{C.spot_stop}" == "spot_stop"
     with pytest.raises(AttributeError):
         C.spot_stops  # type: ignore[attr-defined]
