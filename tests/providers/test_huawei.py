@@ -51,9 +51,10 @@ from providers.base import (
     Throttled,
 )
 from providers.emulators.huawei_ecs import HuaweiEcsEmulator, canonical_request, sign, string_to_sign
+from providers.huawei import error_codes
 from providers.huawei.adapter import HuaweiProvider, from_config
 from providers.huawei.config import HuaweiConfig
-from providers.huawei.errors import CODES, classify, translate_error
+from providers.huawei.errors import FIXES, classify, translate_error
 from providers.huawei.wire import PREEMPT_REASON, TAG_INTENT, intent_id, post_paid_server
 from providers.registry import build_live
 from scheduler.clock import SimClock, SystemClock
@@ -520,14 +521,15 @@ def test_a_flavor_without_a_spot_status_is_not_sold_as_spot() -> None:
 # --- errors ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "kind"), sorted(((c, k) for c, (k, _) in CODES.items()), key=lambda x: x[0]))
-def test_every_vendor_code_in_the_table_maps_to_its_class(code: str, kind: type[ProviderError]) -> None:
+@pytest.mark.parametrize("code", sorted(FIXES))
+def test_every_fix_belongs_to_a_code_of_the_table_and_rides_on_its_error(code: str) -> None:
     status = 401 if code.startswith("APIGW.03") else 400
     error = translate_error(ClientRequestException(status, SdkError("req-9", code, "vendor says no")),
                             action="create_post_paid_servers", region=NORTH)
 
-    assert type(error) is kind
-    assert (error.provider, error.code, error.request_id) == ("huawei", code, "req-9")
+    assert code in error_codes.all_codes()
+    assert type(error) is error_codes.documented_class(code)
+    assert (error.provider, error.code, error.request_id, error.fix) == ("huawei", code, "req-9", FIXES[code])
     assert "create_post_paid_servers" in error.message and NORTH in error.message
 
 
