@@ -8,12 +8,15 @@ Two SDK habits lose what a throttling answer says, and are turned off here: its 
 HTTP 429 through urllib3 (with ``retry_times`` 0 that only turns the answer into a bare "429" error,
 its body, code and headers gone), and its exception handler drops the answer's headers. With both
 off, a 429 reaches the adapter as the gateway's ``APIGW.0308`` with its ``Retry-After`` kept on the
-exception (``retry_after``, seconds) for the retry helper to honour.
+exception (``retry_after``, seconds) for the retry helper to honour. A loopback endpoint (a local
+emulator) is reached directly, whatever HTTP(S)_PROXY says.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Callable
+from urllib.parse import urlsplit
 
 from huaweicloudsdkcore.auth.credentials import BasicCredentials
 from huaweicloudsdkcore.exceptions.exception_handler import DefaultExceptionHandler
@@ -49,9 +52,22 @@ def sdk_client_factory(config: HuaweiConfig) -> ClientFactory:
             .build()
         )
         answer_429s(client)
+        if _is_loopback(config.endpoint_for(region)):
+            # A local emulator is reached directly, whatever HTTP(S)_PROXY says.
+            session = getattr(client.get_http_client(), "_session", None)
+            if session is not None:
+                session.trust_env = False
         return client
 
     return build
+
+
+def _is_loopback(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def answer_429s(client: EcsClient) -> None:

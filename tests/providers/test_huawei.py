@@ -625,6 +625,19 @@ def test_the_registry_builds_the_huawei_adapter_from_settings(h: HuaweiHarness,
     assert providers["huawei"].instances({TAG_MANAGED: "contract"}) == []
 
 
+def test_a_local_endpoint_is_reached_directly_whatever_the_proxy_variables_say(
+        h: HuaweiHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    provider = from_config(h.config, h.clock)  # the production client factory, not the harness's
+
+    assert provider.instances({TAG_MANAGED: "contract"}) == []
+    assert h.emulator.calls_of("ListServersDetails")
+
+
 def test_from_config_uses_the_bundled_catalogs_huawei_rows(h: HuaweiHarness) -> None:
     provider = from_config(h.config, h.clock)
 
