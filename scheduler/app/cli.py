@@ -451,7 +451,7 @@ def demo(
     out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
     seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
     via_emulators: bool = typer.Option(False, "--via-emulators",
-                                       help="reach Alibaba and Tencent through their real SDKs and the HTTP emulators"),
+                                       help="reach Alibaba, Tencent and Huawei through their real SDKs and the HTTP emulators"),
     progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
