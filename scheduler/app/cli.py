@@ -502,6 +502,9 @@ def trace_generate(
     jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
     family: str = typer.Option("standard", help="kind of month: standard (the one the planner was tuned on), "
                                "long-training, tight-deadlines, heavy-inference, mixed"),
+    reclaim_scale: Optional[str] = typer.Option(None, help='the market: factors on the catalog\'s spot reclaim '
+                                                "rates, \"2\" or \"aws=2,alibaba/cn-hangzhou=0.5\" (written into "
+                                                "the trace; simulate uses them)"),
     progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
@@ -511,6 +514,8 @@ def trace_generate(
             "--family", family]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
+    if reclaim_scale is not None:
+        argv += ["--reclaim-scale", reclaim_scale]
     with cli_progress.Bar(err, f"trace {month}: team streams", 3 * teams,
                           enabled=cli_progress.wanted(progress, err)) as bar:
         code = generate(argv, progress=lambda done, total: bar.update(done, total))
@@ -567,7 +572,7 @@ def simulate(
     from scheduler.simulation.fair_score import write_explain_csv
     from scheduler.simulation.simulate import POLICIES, Submission
     from scheduler.simulation.simulate import simulate as run_simulation
-    from scheduler.simulation.trace_file import load_trace
+    from scheduler.simulation.trace_file import load_trace_market
 
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
@@ -576,7 +581,9 @@ def simulate(
             raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
         _writable_folder(output.parent, "the folder of --output")
     configure_logging("console", "warning")
-    entries = load_trace(trace)
+    entries, market = load_trace_market(trace)
+    if not market.is_catalog:
+        err.print(f"market: {market.describe()}", highlight=False)
     subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
     settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
     bound = None
@@ -586,7 +593,7 @@ def simulate(
         bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
     with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
         summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
-                                 progress=bar.update)
+                                 progress=bar.update, market=market)
     text = summary.to_json()
     if output:
         try:

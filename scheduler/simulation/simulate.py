@@ -45,6 +45,7 @@ from scheduler.money import Money
 from scheduler.settings import Settings
 from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, work_gpu_hours
 from scheduler.simulation.lower_bound import LowerBound
+from scheduler.simulation.market import MarketSpec
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState
 from scheduler.store.database import Store
@@ -105,10 +106,11 @@ class SimSummary(Frozen):
 def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_dir: Path | None = None,
              settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
              horizon: timedelta = timedelta(days=14),
-             progress: Callable[[Progress], None] | None = None) -> SimSummary:
+             progress: Callable[[Progress], None] | None = None, market: MarketSpec | None = None) -> SimSummary:
     """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
 
     ``progress`` is called after every tick (it only reads: the run is the same with or without it).
+    ``market``: the spot reclaim rates per market (the trace's first line); None is the catalog's.
 
     ``bound``: the lower bound solved over the same entries in the same order (``bound.jobs[i]`` is
     ``submissions[i]``): its total is ``lower_bound_cost`` and its verdicts tell unavoidable misses apart.
@@ -134,7 +136,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         clock = SimClock(subs[0].at)
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
-        providers, clouds = build_sandbox(settings, clock)
+        providers, clouds = build_sandbox(settings, clock, reclaim_factor=(
+            None if market is None or market.is_catalog else market.reclaim_factor))
         ctx = TickContext.build(store, providers, clock, settings, seed=seed, strategy=policy)
         agents = SimAgents(store, providers, settings.cluster, seed=seed,
                            ended_at=lambda prov, cid: clouds[prov].ended_at(cid))
