@@ -47,7 +47,9 @@ per-candidate one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import gc
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING
 from typing import Literal, TypedDict, TypeVar, Unpack
@@ -118,6 +120,27 @@ def built(cls: type[_M], fields: dict) -> _M:
 
 # Never changed (see ``built``).
 _ALL_SET: dict[type[Frozen], set[str]] = {cls: set(cls.model_fields) for cls in (Option, Decision)}
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one planner call, as it was after.
+
+    The planner makes no reference cycles: what it allocates is freed by reference counting as it
+    goes, or returned. Yet the ~11 objects each decision keeps alive set off collections of the whole
+    process heap while a big queue is planned (2 full ones in 9,820 jobs, ~0.46 s of the call's
+    ~1.9 s), which found nothing to free. Paused, the decisions are looked at once, by the first young
+    collection after the call (~20 ms for 9,820). Only the collector's timing changes, never a result;
+    a caller that had it off keeps it off.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 # --- candidates -------------------------------------------------------------------
@@ -222,10 +245,11 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
     When the job has a feasible option, the first one here equals the choice
     ``plan`` makes for this job alone.
     """
-    p = _Planning(job, CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured))
-    picks = list(p.ranking.picks())
-    choice = picks[0] if picks and picks[0].rank is Rank.FEASIBLE else None
-    return [p.option(pick, choice) for pick in picks]
+    with collector_paused():
+        p = _Planning(job, CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured))
+        picks = list(p.ranking.picks())
+        choice = picks[0] if picks and picks[0].rank is Rank.FEASIBLE else None
+        return [p.option(pick, choice) for pick in picks]
 
 
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
@@ -242,6 +266,13 @@ def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Fleet
     would not fit even a whole month); jobs planned earlier in the same call
     count against the team first.
     """
+    with collector_paused():
+        return _plan(jobs, offers, fleet, now, policy, measured, team_budgets, alternatives)
+
+
+def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
+          policy: PlannerPolicy, measured: Measured | None, team_budgets: Mapping[str, TeamBudget] | None,
+          alternatives: int) -> list[Decision]:
     book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured)
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
