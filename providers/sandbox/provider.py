@@ -83,10 +83,17 @@ class SandboxProvider:
         )
         self._regions = None if regions is None else tuple(regions)
         self._page_size = page_size
+        self._renamed: dict[int, tuple[Offer, Offer]] = {}  # id(cloud's offer) -> (it, our copy): ``offers``
 
     def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
         offers = self._call(self.cloud.offers, self._served(regions))
-        return [o.model_copy(update={"provider": self.name}) for o in offers]
+        # The cloud lists an unchanged offer as the same object: so is its copy under our name.
+        renamed, last = {}, self._renamed
+        for o in offers:
+            got = last.get(id(o))
+            renamed[id(o)] = got if got is not None and got[0] is o else (o, o.model_copy(update={"provider": self.name}))
+        self._renamed = renamed
+        return [renamed[id(o)][1] for o in offers]
 
     def launch(self, request: InstanceRequest) -> Instance:
         offer = request.offer

@@ -57,7 +57,7 @@ from typing import Literal, TypedDict, TypeVar, Unpack
 from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
-from scheduler.planner.book import CandidateBook, Filter, Group, Member, Rank
+from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
 from scheduler.planner.rank import Pick, Scored, Scorer
 from scheduler.planner.rank import fmt_hours as _hours
@@ -255,7 +255,7 @@ def options_for(job: PlanJob, offers: Sequence[Offer], fleet: Sequence[FleetSlot
 def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
          policy: PlannerPolicy, *, measured: Measured | None = None,
          team_budgets: Mapping[str, TeamBudget] | None = None,
-         alternatives: int = MAX_ALTERNATIVES) -> list[Decision]:
+         alternatives: int = MAX_ALTERNATIVES, market: Market | None = None) -> list[Decision]:
     """One decision per job, in planning order (priority desc, deadline asc, submitted asc, id),
     each with up to ``alternatives`` runners-up (one zone per instance type and capacity).
 
@@ -264,16 +264,18 @@ def plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Fleet
     rates on to ``perf.estimate``. ``team_budgets``: a job whose expected cost
     does not fit what is left of its team's month waits (or is refused when it
     would not fit even a whole month); jobs planned earlier in the same call
-    count against the team first.
+    count against the team first. ``market``: the offers grouped by an earlier call
+    (``book.market_for``), used when it is these offers under this policy; the
+    decisions are the same with it or without.
     """
     with collector_paused():
-        return _plan(jobs, offers, fleet, now, policy, measured, team_budgets, alternatives)
+        return _plan(jobs, offers, fleet, now, policy, measured, team_budgets, alternatives, market)
 
 
 def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[FleetSlot], now: datetime,
           policy: PlannerPolicy, measured: Measured | None, team_budgets: Mapping[str, TeamBudget] | None,
-          alternatives: int) -> list[Decision]:
-    book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured)
+          alternatives: int, market: Market | None) -> list[Decision]:
+    book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured, market)
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
     for job in sorted(jobs, key=_planning_order):
