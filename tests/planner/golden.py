@@ -125,7 +125,8 @@ def case_name(name: str, strategy: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the fixture (only for a change meant to change decisions)")
+    ap.add_argument("--write", action="store_true",
+                    help="write the fixture (only for a change meant to change decisions)")
     args = ap.parse_args()
     entries = load_trace(STRESS)
     out = {case_name(n, s): digest(plan_of(n, entries, strategy=s)) for n, s in CASES}
