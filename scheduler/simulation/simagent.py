@@ -101,7 +101,6 @@ class SimAgents:
 
     def step(self, now: datetime) -> int:
         """Advance every running attempt to ``now`` (or to its machine's end); returns jobs finished."""
-        finished = 0
         self._finish_at = {}
         with self.store.session() as s:
             if now != self._beat_at:  # once per moment: a second step at the same time adds nothing
@@ -120,56 +119,66 @@ class SimAgents:
             if not running:
                 return 0
             alive = self._alive() if self.ended_at is None else None
-            for r in running:
-                if r.started_at is None or r.cloud_id is None or r.id in self.silent:
-                    continue  # not started, or a silent agent: hung, so its job makes no progress either
-                until = now
-                if alive is not None and r.id not in alive:
+            # One flush at the commit for every report of the step, not one before each next query:
+            # each report touches only its own job, attempt and machine, so no later query of the
+            # step reads what an earlier report wrote.
+            with s.no_autoflush:
+                finished = self._advance(s, now, running, alive)
+        return finished
+
+    def _advance(self, s: Session, now: datetime, running: list, alive: set[str] | None) -> int:
+        """Report what each running attempt did by ``now``; returns the jobs finished."""
+        finished = 0
+        for r in running:
+            if r.started_at is None or r.cloud_id is None or r.id in self.silent:
+                continue  # not started, or a silent agent: hung, so its job makes no progress either
+            until = now
+            if alive is not None and r.id not in alive:
+                continue
+            if self.ended_at is not None:
+                ended = self.ended_at(r.provider, r.cloud_id)
+                until = min(now, ended) if ended is not None else now
+            try:
+                spec = self._spec(r.job_id, s=s)
+            except ValidationError:
+                continue  # a job stored before the bounds: the tick sets it aside, this machine idles
+            if spec.resources.nodes > 1:
+                job = s.get(JobRow, r.job_id)
+                attempt = current_attempt(s, r.job_id)
+                gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
+                if gang_until is None:
                     continue
-                if self.ended_at is not None:
-                    ended = self.ended_at(r.provider, r.cloud_id)
-                    until = min(now, ended) if ended is not None else now
-                try:
-                    spec = self._spec(r.job_id, s=s)
-                except ValidationError:
-                    continue  # a job stored before the bounds: the tick sets it aside, this machine idles
-                if spec.resources.nodes > 1:
-                    job = s.get(JobRow, r.job_id)
-                    attempt = current_attempt(s, r.job_id)
-                    gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
-                    if gang_until is None:
-                        continue
-                    until = gang_until
-                est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
-                                         r.start_epoch)
-                factor = self.true_factor(r.job_id, r.gpu)
-                started = utc(r.started_at)
-                elapsed_h = (until - started).total_seconds() / 3600
-                work_h = elapsed_h - est.setup_hours * factor
-                # Whether the job is done is decided on the finish *time* (the event the simulation
-                # jumps to), never on float hours: those can land a hair short of the last epoch at
-                # exactly that moment, and with no later event the job would idle on until an
-                # unrelated tick.
-                if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
-                    total = infer_shards.work_units(spec) or 1
-                    epoch_h = est.epoch_hours * factor
-                    finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
-                    self._finish_at[(r.job_id, r.number)] = finish_at
-                    if work_h < 0:
-                        continue
-                    epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
-                    if epochs > r.epochs_done:
-                        report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
-                    if epochs >= total and until == now:
-                        unit = "epochs" if spec.kind is Kind.train else "shards"
-                        report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
-                        finished += 1
-                else:
-                    finish_at = started + timedelta(hours=est.hours * factor)
-                    self._finish_at[(r.job_id, r.number)] = finish_at
-                    if until >= finish_at and until == now:
-                        report_finished(s, r.job_id, r.number, True, now)
-                        finished += 1
+                until = gang_until
+            est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
+                                     r.start_epoch)
+            factor = self.true_factor(r.job_id, r.gpu)
+            started = utc(r.started_at)
+            elapsed_h = (until - started).total_seconds() / 3600
+            work_h = elapsed_h - est.setup_hours * factor
+            # Whether the job is done is decided on the finish *time* (the event the simulation
+            # jumps to), never on float hours: those can land a hair short of the last epoch at
+            # exactly that moment, and with no later event the job would idle on until an
+            # unrelated tick.
+            if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
+                total = infer_shards.work_units(spec) or 1
+                epoch_h = est.epoch_hours * factor
+                finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
+                self._finish_at[(r.job_id, r.number)] = finish_at
+                if work_h < 0:
+                    continue
+                epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
+                if epochs > r.epochs_done:
+                    report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
+                if epochs >= total and until == now:
+                    unit = "epochs" if spec.kind is Kind.train else "shards"
+                    report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
+                    finished += 1
+            else:
+                finish_at = started + timedelta(hours=est.hours * factor)
+                self._finish_at[(r.job_id, r.number)] = finish_at
+                if until >= finish_at and until == now:
+                    report_finished(s, r.job_id, r.number, True, now)
+                    finished += 1
         return finished
 
     def _heartbeat(self, s: Session, now: datetime) -> None:
