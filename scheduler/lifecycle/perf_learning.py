@@ -110,6 +110,11 @@ def learn_from_progress(
     """``record_epochs`` as ``agent_reports.report_progress`` needs it: call before it updates the job."""
     if JobState(job.state) is not JobState.running or AttemptState(attempt.state) is not AttemptState.running:
         return None
+    if job.kind != Kind.train.value:
+        # Only training epochs are samples (``record_epochs``); the row's kind is its job file's, written at
+        # submission. Asked first: inference reports a shard at a time, and reading its job file and machine
+        # for every shard only to learn that was a good part of a busy simulation.
+        return None
     since = report_since(job, attempt)
     instance = session.get(InstanceRow, attempt.instance_id) if attempt.instance_id else None
     if since is None or instance is None:
