@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
 from scheduler.agent.runner import remote_checkpoint
@@ -127,8 +127,33 @@ class SimAgents:
         return finished
 
     def _advance(self, s: Session, now: datetime, running: list, alive: set[str] | None) -> int:
-        """Report what each running attempt did by ``now``; returns the jobs finished."""
+        """Report what each running attempt did by ``now``; returns the jobs finished.
+
+        What each agent would say is worked out first, then said in the same order: the rows the
+        reports move (each job and its machine) are loaded in two queries for all of them, instead of
+        two for each report. Working it out reads nothing a report writes."""
+        reports = self._reports(s, now, running, alive)
+        if not reports:
+            return 0
+        jobs = {job_id for _, job_id, *_ in reports}
+        held = [*s.scalars(select(JobRow).options(defer(JobRow.plan_json)).where(JobRow.id.in_(jobs))),
+                *s.scalars(select(InstanceRow).where(InstanceRow.id.in_({r.id for r in running
+                                                                         if r.job_id in jobs})))]
         finished = 0
+        for what, job_id, number, epochs, text in reports:
+            if what == "progress":
+                report_progress(s, job_id, number, epochs, text, now, source="simulated")
+            else:
+                report_finished(s, job_id, number, True, now, text or "")
+                finished += 1
+        del held  # kept until here: the session's identity map holds its rows only while they are used
+        return finished
+
+    def _reports(self, s: Session, now: datetime, running: list,
+                 alive: set[str] | None) -> list[tuple[str, str, int, int, str | None]]:
+        """What each running attempt's agent reports at ``now``, in order: ("progress", job, attempt,
+        epochs done, checkpoint) and ("finished", job, attempt, 0, message)."""
+        out: list[tuple[str, str, int, int, str | None]] = []
         for r in running:
             if r.started_at is None or r.cloud_id is None or r.id in self.silent:
                 continue  # not started, or a silent agent: hung, so its job makes no progress either
@@ -168,18 +193,16 @@ class SimAgents:
                     continue
                 epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                 if epochs > r.epochs_done:
-                    report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
+                    out.append(("progress", r.job_id, r.number, epochs, _resume_uri(spec)))
                 if epochs >= total and until == now:
                     unit = "epochs" if spec.kind is Kind.train else "shards"
-                    report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
-                    finished += 1
+                    out.append(("finished", r.job_id, r.number, 0, f"{total} {unit}"))
             else:
                 finish_at = started + timedelta(hours=est.hours * factor)
                 self._finish_at[(r.job_id, r.number)] = finish_at
                 if until >= finish_at and until == now:
-                    report_finished(s, r.job_id, r.number, True, now)
-                    finished += 1
-        return finished
+                    out.append(("finished", r.job_id, r.number, 0, None))
+        return out
 
     def _heartbeat(self, s: Session, now: datetime) -> None:
         """Every running machine's agent says it lives: as of ``now``, or of the moment its machine
