@@ -147,7 +147,7 @@ def collector_paused() -> Iterator[None]:
 
 
 _SPOT, _ON_DEMAND = frozenset({Capacity.spot}), frozenset({Capacity.on_demand})
-_FEASIBLE = Rank.FEASIBLE  # read once: an enum member is slow to look up, and every option asks
+_FEASIBLE, _WAITING = Rank.FEASIBLE, Rank.WAITING  # read once: an enum member is slow to look up
 
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy, restarts: int | None = None) -> bool:
@@ -325,14 +325,14 @@ def _decide(p: _Planning, limit: int) -> tuple[Decision, int | None]:
             return _decision(job, "wait", None, (), "waiting: no free reserved capacity matches the job "
                                                    "(set policy.capacity: auto to use spot or on-demand)"), None
         return _decision(job, "refuse", None, (), _no_match_reason(p)), None
-    if first.rank is Rank.FEASIBLE:
+    if first.rank is _FEASIBLE:
         choice = p.option(first, first)
         action: Action = "launch" if choice.source == "new" else "reuse"
         runners_up = p.ranking.distinct({first.member.shape}, limit)
         alternatives = tuple(p.option(pick, first) for pick in runners_up)
         return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first.scored.group.slot
     alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), limit))
-    if first.rank is Rank.WAITING:  # only transient blockers stand in the way of the best
+    if first.rank is _WAITING:  # only transient blockers stand in the way of the best
         return _decision(job, "wait", None, alternatives, _wait_reason(p, first)), None
     return _decision(job, "refuse", None, alternatives, _refusal(p, first)), None
 
