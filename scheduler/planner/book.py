@@ -5,14 +5,17 @@ that share every number the planner computes (cloud, region, GPU setup, vCPUs,
 capacity, price, reclaim rate, fleet slot) and differ only in zone, instance type
 and stock, so a job prices a group once instead of each candidate. It also keeps
 what every job of the call would otherwise recompute: FX rates, hourly prices per
-node count, ``Money`` per amount, the groups a filter lets through.
+node count, ``Money`` per amount, the groups a filter lets through. The offers'
+part, a ``Market``, depends on nothing but the offers and the policy, so a caller
+that plans the same offers again passes the one it has (``market_for``).
 
 Not to be confused with the other containers of offers: ``providers.catalog`` reads
 the bundled price list, ``lifecycle.offerbook.OfferBook`` caches the clouds' live
 offers between daemon ticks, and ``simulation.lower_bound_options.PricedCatalog``
 prices offers once for a whole trace, without stock, reclaim rates or fleet slots.
 
-Everything here lives for one ``plan()`` call: no module-level state.
+A book lives for one ``plan()`` call, a market for as long as its caller keeps it; no
+module-level state.
 """
 
 from __future__ import annotations
