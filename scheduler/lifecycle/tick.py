@@ -219,7 +219,10 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                   fail=True, exc=exc)
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
-    ctx.market = market_for(offers, ctx.planner_policy(), ctx.market)
+    try:
+        ctx.market = market_for(offers, ctx.planner_policy(), ctx.market)
+    except Exception:  # noqa: BLE001 - offers the planner cannot group fail inside plan() too, isolated there
+        ctx.market = None
     decisions = _plan_isolated(ctx, now, report, jobs, offers, fleet, measured, budgets)
     by_id = {j.id: j for j in jobs}  # not a scan of the queue per decision: quadratic in a long queue
     for d in decisions:
