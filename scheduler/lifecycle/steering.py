@@ -135,7 +135,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     deadline and capacity auto; the planner places everything else."""
     if ctx.planner_policy().strategy != "gpusched":
         return {}
-    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    offers = ctx.offers.by_key(ctx.providers, now)
     avoided = ctx.offers.avoided(now)
     out: dict[str, str] = {}
     with ctx.store.session(write=False) as s:
@@ -166,7 +166,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
 def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     if ctx.planner_policy().strategy != "gpusched":
         return  # the simulator's baselines do not steer
-    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    offers = ctx.offers.by_key(ctx.providers, now)
     avoided = ctx.offers.avoided(now)
     window_h, policy = _window_h(ctx, now), ctx.planner_policy()
     with ctx.store.session(write=False) as s:
