@@ -450,8 +450,9 @@ def _writable_folder(folder: Path, what: str) -> None:
 def demo(
     out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
     seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
-    via_emulators: bool = typer.Option(False, "--via-emulators",
-                                       help="reach Alibaba, Tencent and Huawei through their real SDKs and the HTTP emulators"),
+    via_emulators: bool = typer.Option(
+        False, "--via-emulators",
+        help="reach Alibaba, Tencent and Huawei through their real SDKs and the HTTP emulators"),
     progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""

@@ -244,11 +244,6 @@ class SimAgents:
         return lines
 
 
-def _say(out: list[tuple[str, str, int, int, str | None]], r: Any, lines: list[str]) -> None:
-    """Queue ``lines`` of output for the attempt ``r`` among its reports."""
-    if lines:
-        out.append(("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines)))
-
     def _heartbeat(self, s: Session, now: datetime) -> None:
         """Every running machine's agent says it lives: as of ``now``, or of the moment its machine
         stopped running where the sandbox says (the cloud's own news of that reaches reconcile first).
@@ -315,3 +310,9 @@ def _command(spec: JobSpec, instance_id: str, gpu: str, gpu_count: int, start_ep
     except (ValueError, KeyError):  # a job the real agent would refuse to start: the attempt says so itself
         return None
     return shlex.join(argv)
+
+
+def _say(out: list[tuple[str, str, int, int, str | None]], r: Any, lines: list[str]) -> None:
+    """Queue ``lines`` of output for the attempt ``r`` among its reports."""
+    if lines:
+        out.append(("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines)))

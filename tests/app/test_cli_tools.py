@@ -240,8 +240,8 @@ def assert_no_credential(text: str) -> None:
 
 def live_env(**endpoints: str) -> dict[str, str]:
     return {"GPUSCHED_BACKEND": "live", "GPUSCHED_TENCENT_REGIONS": '["ap-guangzhou"]',
-            "GPUSCHED_ALIBABA_PROTOCOL": "http", "GPUSCHED_TENCENT_PROTOCOL": "http", "GPUSCHED_TENCENT_CURRENCY": "USD",
-            **CREDENTIALS, **endpoints}
+            "GPUSCHED_ALIBABA_PROTOCOL": "http", "GPUSCHED_TENCENT_PROTOCOL": "http",
+            "GPUSCHED_TENCENT_CURRENCY": "USD", **CREDENTIALS, **endpoints}
 
 
 @pytest.mark.timeout(120)

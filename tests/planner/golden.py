@@ -39,9 +39,14 @@ CHUNK = 500
 WORKLOADS = {"default": (10_000, 2_000), "fresh": (10_000, 2_000), "mixed": (3_000, 1_200)}
 
 
+FIXTURE_CLOUDS = ("aws", "alibaba", "tencent")
+
+
 def market(n: int) -> list[Offer]:
     """The bundled catalog repeated over extra zones until there are ``n`` offers (as the benchmark's)."""
-    base = load_catalog()
+    # The three clouds the fixture was written with: a cloud added to the catalog later is new offers,
+    # not a change of the planner's decisions.
+    base = [o for o in load_catalog() if o.provider in FIXTURE_CLOUDS]
     out: list[Offer] = []
     k = 0
     while len(out) < n:
