@@ -8,7 +8,7 @@ lazily, so a missing SDK only matters for the clouds actually enabled.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import SecretStr
 
@@ -19,6 +19,7 @@ from providers.redact import without_credentials
 from providers.sandbox.provider import SandboxCloud, SandboxProvider, capabilities_like
 from scheduler.clock import Clock
 from scheduler.errors import GpuschedError, UserError, install_hint
+from scheduler.models import Offer
 from scheduler.settings import Settings, load_cloud_config
 
 # provider name -> (adapter module, config class). The module holds ``from_config`` and the
@@ -31,9 +32,16 @@ ADAPTERS = {
 }
 
 
-def build_sandbox(settings: Settings, clock: Clock) -> tuple[dict[str, Provider], dict[str, SandboxCloud]]:
-    """One simulated cloud per configured provider name, each holding that cloud's catalog offers."""
+def build_sandbox(settings: Settings, clock: Clock, *, reclaim_factor: Callable[[Offer], float] | None = None,
+                  ) -> tuple[dict[str, Provider], dict[str, SandboxCloud]]:
+    """One simulated cloud per configured provider name, each holding that cloud's catalog offers.
+
+    ``reclaim_factor(offer)`` scales each offer's spot reclaim rate (a simulated month's market): the
+    cloud both publishes and draws reclaims at the scaled rate."""
     catalog = load_catalog()
+    if reclaim_factor is not None:
+        catalog = [o.model_copy(update={"spot_interruptions_per_hour": o.spot_interruptions_per_hour
+                                         * reclaim_factor(o)}) for o in catalog]
     providers: dict[str, Provider] = {}
     clouds: dict[str, SandboxCloud] = {}
     for i, name in enumerate(settings.providers):

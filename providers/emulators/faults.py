@@ -8,11 +8,13 @@ sequence always fail the same calls. The kinds:
 
 ``throttle``
     The cloud's throttling answer (Alibaba ``Throttling``, Tencent
-    ``RequestLimitExceeded``, EC2 ``RequestLimitExceeded``) with a
-    ``Retry-After: <retry_after_seconds>`` header. Nothing is done.
+    ``RequestLimitExceeded``, EC2 ``RequestLimitExceeded``, Huawei's gateway
+    ``APIGW.0308`` with HTTP 429) with a ``Retry-After: <retry_after_seconds>``
+    header. Nothing is done.
 ``5xx``
     HTTP 503 (Alibaba ``ServiceUnavailable``; Tencent and EC2 a gateway error
-    page). Nothing is done.
+    page); Huawei's gateway answers HTTP 502 ``APIGW.0201`` "Backend
+    unavailable". Nothing is done.
 ``timeout``
     No answer at all: the connection closes without a response. Nothing is
     done: the request never reached the service.
@@ -23,7 +25,8 @@ sequence always fail the same calls. The kinds:
 
 Signature and parameter checks run before the draw, so a faulty run still
 refuses a bad request the way the cloud does. ``actions`` narrows the plan to
-those calls (the clouds' action names, e.g. ``RunInstances``); empty: every call. ``serve.py`` takes the same plan
+those calls (the clouds' action names, e.g. ``RunInstances``, which the Huawei emulator also reads as its
+``CreatePostPaidServers``); empty: every call. ``serve.py`` takes the same plan
 from ``--fault-rate / --fault-seed / --fault-kinds`` or the environment
 (``GPUSCHED_EMULATOR_FAULT_RATE``, ``_SEED``, ``_KINDS``).
 """

@@ -45,6 +45,14 @@ the wire format and the vendor's codes. Behaviours picked where the reference is
   stop in progress is ACTIVE with task ``powering-off``.
 * A lost answer (``SandboxCloud.lose_next_launch_response``, or a scripted
   ``ProviderUnavailable`` with code ``RequestTimeout``) closes the connection without one.
+* Faults. ``faults`` (``providers.emulators.faults.FaultPlan``) fails a seeded share of calls,
+  once signed right: the gateway's throttling answer (HTTP 429 ``APIGW.0308``) with
+  ``Retry-After``, the gateway's "Backend unavailable" (HTTP 502 ``APIGW.0201``), no answer, or
+  no answer after acting. A plan's ``actions`` name ECS's calls (``CreatePostPaidServers`` ...)
+  or the names the other clouds' emulators use for the same work (``RunInstances``,
+  ``DescribeInstances``, ``TerminateInstances``, ``StopInstances``, ``StartInstances``), so one
+  plan narrows every emulator to its launches. Whether Huawei's gateway sends ``Retry-After`` is
+  not documented; the emulator sends it, as a fault plan's throttling answer does everywhere.
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ from providers.base import (
     QuotaExceeded,
     Throttled,
 )
+from providers.emulators.faults import FaultPlan
 from providers.emulators.local_http import Answer, LocalServer, Request
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
 from scheduler.clock import Clock, SystemClock
@@ -112,6 +121,18 @@ _TAG_KEY_BAD = re.compile(r'[\x00-\x1f=*<>\\,|/]')
 _TAG_VALUE_BAD = re.compile(r'[\x00-\x1f=*<>\\,|]')
 _TIME = "%Y-%m-%dT%H:%M:%SZ"
 
+# ECS call -> the name the other emulators give the same work, so one fault plan's ``actions`` fits all.
+_FAULT_ALIASES = {
+    "CreatePostPaidServers": "RunInstances",
+    "ListServersDetails": "DescribeInstances",
+    "DeleteServers": "TerminateInstances",
+    "BatchStopServers": "StopInstances",
+    "BatchStartServers": "StartInstances",
+    "ListFlavors": "DescribePrice",
+}
+_THROTTLING = (429, "APIGW.0308", "The throttling threshold has been reached: policy user over ratelimit")
+_BACKEND_UNAVAILABLE = (502, "APIGW.0201", "Backend unavailable")
+
 _S = InstanceState
 _CHARGING = {Capacity.on_demand: "0", Capacity.spot: "2"}
 _SALE = {Stock.available: "normal", Stock.low: "normal", Stock.unknown: "normal", Stock.sold_out: "sellout"}
@@ -120,12 +141,14 @@ _SALE = {Stock.available: "normal", Stock.low: "normal", Stock.unknown: "normal"
 class EcsError(Exception):
     """One error answer. ``gateway``: the API gateway's shape (``error_code``), else ECS's (``error``)."""
 
-    def __init__(self, status: int, code: str, message: str, *, gateway: bool = False) -> None:
+    def __init__(self, status: int, code: str, message: str, *, gateway: bool = False,
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.gateway = gateway
+        self.retry_after = retry_after  # seconds, sent as Retry-After
 
 
 class _DropConnection(Exception):
@@ -211,7 +234,7 @@ class HuaweiEcsEmulator:
     ``clock`` is the clock the cloud runs on (job times). ``credentials`` maps AK -> SK;
     ``projects`` maps project id -> the region it is in (a project is regional on Huawei).
     ``signing_clock`` judges X-Sdk-Date (the SDK stamps it with the real time, whatever clock
-    the sandbox runs on).
+    the sandbox runs on). ``faults`` fails a seeded share of calls (see the module docstring).
     """
 
     def __init__(
@@ -224,6 +247,7 @@ class HuaweiEcsEmulator:
         seed: int = 0,
         signing_clock: Clock | None = None,
         port: int = 0,
+        faults: FaultPlan | None = None,
     ) -> None:
         if not credentials or not projects:
             raise ValueError("the emulator needs at least one AK -> SK pair and one project -> region")
@@ -239,8 +263,10 @@ class HuaweiEcsEmulator:
         self._tokens: dict[str, tuple[str, dict[str, Any]]] = {}  # X-Client-Token -> (body fingerprint, answer)
         self._jobs: dict[str, _Job] = {}
         self._hold_next = 0
+        self._job_failures: list[tuple[str, str]] = []  # (code, reason) of the next create jobs to fail
         self._scripted: dict[str, list[EcsError]] = {}
         self._calls: list[Call] = []
+        self.faults = (faults or FaultPlan()).dice()
         self._routes: list[tuple[str, re.Pattern[str], str, Callable[..., tuple[int, dict[str, Any] | None]]]] = [
             ("POST", re.compile(r"^/cloudservers$"), "CreatePostPaidServers", self._create),
             ("GET", re.compile(r"^/cloudservers/detail$"), "ListServersDetails", self._list),
@@ -300,18 +326,25 @@ class HuaweiEcsEmulator:
         """The next create makes its server, then the connection closes without an answer."""
         self.cloud.lose_next_launch_response()
 
+    def fail_next_jobs(self, code: str, reason: str = "scripted", times: int = 1) -> None:
+        """The next ``times`` creates are accepted, then their jobs FAIL with ``code`` and make nothing."""
+        with self._lock:
+            self._job_failures.extend([(code, reason)] * times)
+
     def hold_next_jobs(self, polls: int) -> None:
         """The next create job stays INIT, naming no server (nor does its answer), for ``polls`` ShowJob calls."""
         with self._lock:
             self._hold_next = polls
 
     def script_error(self, route: str, status: int, code: str, message: str = "scripted", times: int = 1,
-                     *, gateway: bool = False) -> None:
-        """The next ``times`` calls of ``route`` (e.g. ``ListServersDetails``) answer this error, once signed right."""
+                     *, gateway: bool = False, retry_after: float | None = None) -> None:
+        """The next ``times`` calls of ``route`` (e.g. ``ListServersDetails``) answer this error, once signed
+        right; ``retry_after`` adds a ``Retry-After`` header."""
         if route not in {r[2] for r in self._routes}:
             raise ValueError(f"unknown route {route!r}; the emulator speaks {', '.join(r[2] for r in self._routes)}")
+        error = EcsError(status, code, message, gateway=gateway, retry_after=retry_after)
         with self._lock:
-            self._scripted.setdefault(route, []).extend([EcsError(status, code, message, gateway=gateway)] * times)
+            self._scripted.setdefault(route, []).extend([error] * times)
 
     def sandbox_id(self, server_id: str) -> str:
         with self._lock:
@@ -335,7 +368,16 @@ class HuaweiEcsEmulator:
                 scripted = self._scripted.get(route_name)
                 if scripted:
                     raise scripted.pop(0)
+                fault = self.faults.draw(self._fault_action(route_name, request))
+                if fault == "throttle":
+                    raise EcsError(*_THROTTLING, gateway=True, retry_after=self.faults.plan.retry_after_seconds)
+                if fault == "5xx":
+                    raise EcsError(*_BACKEND_UNAVAILABLE, gateway=True)
+                if fault == "timeout":
+                    raise _DropConnection()
                 status, payload = handler(request, project, **params)
+                if fault == "lost":
+                    raise _DropConnection()
             except _DropConnection:
                 self._record(request, route_name, 0, "RequestTimeout")
                 return None
@@ -345,7 +387,10 @@ class HuaweiEcsEmulator:
                     {"error_code": exc.code, "error_msg": exc.message, "request_id": request_id} if exc.gateway
                     else {"error": {"code": exc.code, "message": exc.message}}
                 )
-                return Answer(exc.status, json.dumps(body).encode(), _headers(request_id))
+                headers = _headers(request_id)
+                if exc.retry_after is not None:
+                    headers["Retry-After"] = f"{exc.retry_after:g}"
+                return Answer(exc.status, json.dumps(body).encode(), headers)
             except Exception as exc:  # noqa: BLE001 - an emulator bug reaches the test as ECS's system error
                 self._record(request, route_name, 500, "Common.0001")
                 body = {"error": {"code": "Common.0001", "message": f"emulator fault: {exc!r}"}}
@@ -353,6 +398,14 @@ class HuaweiEcsEmulator:
             self._record(request, route_name, status, "")
             data = b"" if payload is None else json.dumps(payload).encode()
             return Answer(status, data, _headers(request_id) if payload is not None else {"X-Request-Id": request_id})
+
+    def _fault_action(self, route: str, request: Request) -> str:
+        """The name ``route`` is drawn under: ECS's call, or its alias when the plan names that instead."""
+        if route == "BatchServersAction":  # one route, two calls: the body says which
+            route = "BatchStopServers" if b'"os-stop"' in request.body else "BatchStartServers"
+        actions = self.faults.plan.actions
+        alias = _FAULT_ALIASES.get(route)
+        return alias if actions and route not in actions and alias in actions else route
 
     def _record(self, request: Request, route: str, status: int, code: str) -> None:
         target = f"{request.path}?{request.query}" if request.query else request.path
@@ -423,6 +476,12 @@ class HuaweiEcsEmulator:
         job_id = self._new_job_id()
         server_id = self._new_server_id()
         hold, self._hold_next = self._hold_next, 0
+        if self._job_failures:
+            code, reason = self._job_failures.pop(0)
+            answer = self._failed_job(job_id, server_id, code, reason)
+            if token is not None:
+                self._tokens[token] = (fingerprint, answer)
+            return 200, answer
         try:
             made = self.cloud.launch(
                 region=region, zone=spec["zone"], instance_type=spec["flavor"], capacity=spec["capacity"],
@@ -440,10 +499,8 @@ class HuaweiEcsEmulator:
             raise _DropConnection() from None
         except NoCapacity as exc:
             # Decided by the job, as ECS decides capacity after accepting the request; rolled back.
-            now = _stamp(self._clock.now())
-            self._jobs[job_id] = _Job(job_id, "createServer", "FAIL", now, [server_id], error_code="Ecs.0319",
-                                      fail_reason=f"Insufficient resources for this flavor: {exc.message}", end=now)
-            answer = {"job_id": job_id, "serverIds": [server_id]}
+            answer = self._failed_job(job_id, server_id, "Ecs.0319",
+                                      f"Insufficient resources for this flavor: {exc.message}")
         except ProviderError as exc:
             raise _vendor_error(exc) from None
         else:
@@ -451,6 +508,13 @@ class HuaweiEcsEmulator:
         if token is not None:
             self._tokens[token] = (fingerprint, answer)
         return 200, answer
+
+    def _failed_job(self, job_id: str, server_id: str, code: str, reason: str) -> dict[str, Any]:
+        """A create job that failed and was rolled back: the server id it answered never appears."""
+        now = _stamp(self._clock.now())
+        self._jobs[job_id] = _Job(job_id, "createServer", "FAIL", now, [server_id], error_code=code,
+                                  fail_reason=reason, end=now)
+        return {"job_id": job_id, "serverIds": [server_id]}
 
     def _made(self, machine: SandboxInstance, server_id: str, job_id: str, project: str, spec: dict[str, Any],
               server: dict[str, Any], *, hold: int) -> dict[str, Any]:
@@ -856,8 +920,7 @@ def _vendor_error(exc: ProviderError) -> EcsError | _DropConnection:
         return EcsError(429 if isinstance(exc, Throttled) else 400, exc.code, exc.message,
                         gateway=exc.code.startswith("APIGW."))
     if isinstance(exc, Throttled):
-        return EcsError(429, "APIGW.0308", "The throttling threshold has been reached: policy user over ratelimit",
-                        gateway=True)
+        return EcsError(*_THROTTLING, gateway=True, retry_after=exc.retry_after)
     if isinstance(exc, NoCapacity):
         return EcsError(400, "Ecs.0319", f"Insufficient resources for this flavor: {exc.message}")
     if isinstance(exc, QuotaExceeded):

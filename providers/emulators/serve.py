@@ -8,9 +8,11 @@ It prints the settings that point a daemon (backend=live) at them. The market be
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
 daemon started with the same GPUSCHED_SANDBOX_SPEEDUP sees boots and jobs at the
 same pace; give it and the daemons the same ``--clock-start`` / GPUSCHED_SANDBOX_CLOCK_START (an ISO
-time with its offset) and they read the same time too. ``--fault-rate`` makes both emulators fail that
-share of calls at random (seeded; see providers/emulators/faults.py); each flag also reads its environment
-variable (GPUSCHED_EMULATOR_FAULT_RATE, _SEED, _KINDS, _ACTIONS). Ctrl-C stops it.
+time with its offset) and they read the same time too. ``--fault-rate`` makes all three emulators fail
+that share of calls at random (seeded; see providers/emulators/faults.py); each flag also reads its
+environment variable (GPUSCHED_EMULATOR_FAULT_RATE, _SEED, _KINDS, _ACTIONS). ``--fault-actions`` takes the
+clouds' own call names; ``RunInstances`` (and DescribeInstances, TerminateInstances ...) also names Huawei's
+CreatePostPaidServers (ListServersDetails, DeleteServers ...). Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
     ap.add_argument("--fault-kinds", default=env.get(f"{ENV_PREFIX}KINDS", ""),
                     help="comma-separated: throttle, 5xx, timeout, lost (default: all four)")
     ap.add_argument("--fault-actions", default=env.get(f"{ENV_PREFIX}ACTIONS", ""),
-                    help="comma-separated cloud actions to fail, e.g. RunInstances (default: every call)")
+                    help="comma-separated cloud actions to fail, e.g. RunInstances, which names every emulator's "
+                         "launch (default: every call)")
     args = ap.parse_args(argv)
     try:
         args.faults = FaultPlan(rate=args.fault_rate, seed=args.fault_seed,
@@ -74,8 +77,8 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def start_emulators(args: argparse.Namespace) -> tuple[AlibabaEcsEmulator, TencentCvmEmulator, HuaweiEcsEmulator]:
+    """The three emulators ``args`` asks for, listening, each failing calls as ``args.faults`` deals them."""
     clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup, since=args.clock_start)
     catalog = load_catalog()
     ali = AlibabaEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["alibaba"]), seed=args.seed),
@@ -84,7 +87,13 @@ def main(argv: list[str] | None = None) -> None:
                              clock, {KEY_ID: SECRET}, seed=args.seed, port=args.tencent_port, faults=args.faults)
     hw = HuaweiEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["huawei"], regions=["cn-north-4"]),
                                         seed=args.seed + 2), clock, {KEY_ID: SECRET}, {HUAWEI_PROJECT: "cn-north-4"},
-                           seed=args.seed, port=args.huawei_port)
+                           seed=args.seed, port=args.huawei_port, faults=args.faults)
+    return ali, ten, hw
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ali, ten, hw = start_emulators(args)
     print("# emulators up; point a daemon at them with:")
     plan = args.faults
     if plan.rate:

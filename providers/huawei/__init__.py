@@ -4,9 +4,12 @@ The package has the same files as every cloud adapter:
 
 * ``config``: ``NAME`` and ``HuaweiConfig``, what the settings load (GPUSCHED_HUAWEI_*, and the
   SDK's own HUAWEICLOUD_SDK_AK / _SK / _PROJECT_ID).
+* ``error_codes``: every code ECS's and the API gateway's references document for the calls
+  made here, and its class (docs/error-codes.md is written from it).
 * ``errors``: the SDK's exceptions and failed jobs as the project's ``ProviderError`` classes,
-  the vendor's code and request id kept.
-* ``client``: one ``EcsClient`` per region, AK/SK-signed, with the SDK's retries off.
+  the vendor's code and request id kept, with the fix each needs.
+* ``client``: one ``EcsClient`` per region, AK/SK-signed, with the SDK's retries off and its
+  throttling answers kept whole (code and ``Retry-After``).
 * ``wire``: our request as a CreatePostPaidServers body, ECS's servers as ours, the intent id.
 * ``prices``: offers from the bundled catalog, with the stock ECS's flavor list reports.
 * ``adapter``: ``HuaweiProvider`` and ``from_config``, the entry ``providers.registry`` builds.
@@ -31,7 +34,14 @@ Choices, and why:
   A job that fails after ``launch`` returned rolls its server back: the server leaves the
   listing and the lifecycle's rule for vanished machines takes over.
 * Retries are ours, never the SDK's: ``HttpConfig.retry_times`` must be 0 (a client that would
-  retry is refused), and the adapter makes every call once and translates its failure.
+  retry is refused), and the adapter makes every call once and translates its failure. The SDK's
+  session would still turn an HTTP 429 into a bare "429" error (urllib3's status retry, body and
+  headers gone); ``client`` lets the answer through, so ``APIGW.0308`` and its ``Retry-After``
+  reach ``providers.retry``. ECS documents flow control (``Common.0024``) with HTTP 202, which the
+  SDK takes for a success: an answer whose body is an error is that error, never an empty list.
+* A create job that fails made nothing (ECS rolls it back) and is a refusal whatever its code:
+  a system error inside the job reads as NoCapacity, because re-issuing the launch with the same
+  ``X-Client-Token`` would be answered with the same failed job.
 * Deleted servers. ECS stops listing a server once it is deleted, and shows no "deleted" state
   to an ordinary account. The adapter remembers the servers it listed and reports one that is
   gone as terminated for ``tombstone_seconds``; a spot server that went without a delete from

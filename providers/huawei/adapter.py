@@ -40,7 +40,7 @@ from providers.base import (
 from providers.catalog import filter_offers, load_catalog
 from providers.huawei.client import ClientFactory, EcsClient, refuse_sdk_retries, sdk_client_factory
 from providers.huawei.config import NAME, HuaweiConfig
-from providers.huawei.errors import job_error, translate_error
+from providers.huawei.errors import answer_error, job_error, translate_error
 from providers.huawei.prices import offers_with_stock
 from providers.huawei.wire import (
     PREEMPT_REASON,
@@ -216,7 +216,12 @@ class HuaweiProvider:
             raise ProviderUnavailable(f"Huawei Cloud ECS {action} in {region} got no answer: {exc}",
                                       provider=NAME, code=type(exc).__name__) from None
         answer = response.to_json_object() if response.raw_content else {}
-        return answer if isinstance(answer, dict) else {}
+        if not isinstance(answer, dict):
+            return {}
+        refused = answer_error(answer, response.status_code, action=action, region=region)
+        if refused is not None:
+            raise refused  # an error the SDK took for a success (ECS's flow control answers HTTP 202)
+        return answer
 
     def _await_server(self, region: str, answer: Mapping[str, Any]) -> str:
         """The server a create job makes: its answer's id once the job has not failed; polls while it names none."""

@@ -135,6 +135,9 @@ class SandboxCloud:
         self._lock = threading.RLock()
 
         self._catalog: dict[str, Offer] = {}
+        self._listed_offers: dict[str, Offer] = {}  # key -> the offer ``offers`` last listed
+        self._prices_day: date | None = None  # ``_spot_price``'s day, and its prices by key
+        self._day_prices: dict[str, Price] = {}
         for offer in offers:
             key = market_key(offer)
             if key in self._catalog:
@@ -168,18 +171,24 @@ class SandboxCloud:
             now = self._clock.now()
             wanted = None if regions is None else set(regions)
             out = []
+            day = now.date()
+            listed = self._listed_offers
             for key, offer in self._catalog.items():
                 if wanted is not None and offer.region not in wanted:
                     continue
-                out.append(
-                    offer.model_copy(
-                        update={
-                            "spot": self._spot_price(key, offer, now.date()),
-                            "spot_stock": self._stock_now(key, offer, Capacity.spot, now),
-                            "on_demand_stock": self._stock_now(key, offer, Capacity.on_demand, now),
-                        }
-                    )
-                )
+                spot = self._spot_price(key, offer, day)
+                spot_stock = self._stock_now(key, offer, Capacity.spot, now)
+                on_demand_stock = self._stock_now(key, offer, Capacity.on_demand, now)
+                # The same object as last time when nothing of it changed (a day's spot price is one
+                # object, see ``_spot_price``), so a caller can tell an unchanged list by identity.
+                last = listed.get(key)
+                if last is not None and last.spot is spot and last.spot_stock is spot_stock \
+                        and last.on_demand_stock is on_demand_stock:
+                    out.append(last)
+                    continue
+                copy_ = listed[key] = offer.model_copy(
+                    update={"spot": spot, "spot_stock": spot_stock, "on_demand_stock": on_demand_stock})
+                out.append(copy_)
             return out
 
     def launch(
@@ -500,6 +509,15 @@ class SandboxCloud:
     def _spot_price(self, key: str, offer: Offer, day: date) -> Price | None:
         if offer.spot is None or not self._drift:
             return offer.spot
+        if day != self._prices_day:
+            self._prices_day, self._day_prices = day, {}
+        price = self._day_prices.get(key)
+        if price is None:
+            price = self._day_prices[key] = self._drifted(key, offer, day)
+        return price
+
+    def _drifted(self, key: str, offer: Offer, day: date) -> Price:
+        assert offer.spot is not None
         # One draw per offer and day, independent of call order: same seed, same prices.
         rng = random.Random(f"{self._seed}:{key}:{day.isoformat()}")
         factor = 1 + Decimal(rng.randint(-_DRIFT_STEPS, _DRIFT_STEPS)) / (10 * _DRIFT_STEPS)

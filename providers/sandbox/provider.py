@@ -86,10 +86,20 @@ class SandboxProvider:
         )
         self._regions = None if regions is None else tuple(regions)
         self._page_size = page_size
+        self._renamed: dict[int, tuple[Offer, Offer]] = {}  # id(cloud's offer) -> (it, our copy): ``offers``
+        self._listed_instances: dict[str, tuple[tuple, Instance]] = {}  # id -> (``_listing_key``, it): ``instances``
 
     def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
         offers = self._call(self.cloud.offers, self._served(regions))
-        return [o.model_copy(update={"provider": self.name}) for o in offers]
+        # The cloud lists an unchanged offer as the same object: so is its copy under our name.
+        renamed, last = {}, self._renamed
+        for o in offers:
+            got = last.get(id(o))
+            if got is None or got[0] is not o:
+                got = (o, o.model_copy(update={"provider": self.name}))
+            renamed[id(o)] = got
+        self._renamed = renamed
+        return [renamed[id(o)][1] for o in offers]
 
     def launch(self, request: InstanceRequest) -> Instance:
         offer = request.offer
@@ -128,6 +138,9 @@ class SandboxProvider:
     def instances(self, tags: Mapping[str, str], regions: Sequence[str] | None = None) -> list[Instance]:
         found: list[Instance] = []
         token: str | None = None
+        # An instance listed as it was last time is the same ``Instance`` object: the tick lists every
+        # cloud each tick, and validating a model per machine per listing was a cost of its own.
+        last, seen = self._listed_instances, {}
         while True:
             page, token = self._call(
                 self.cloud.instances,
@@ -136,8 +149,14 @@ class SandboxProvider:
                 page_size=self._page_size,
                 page_token=token,
             )
-            found.extend(self._instance(i) for i in page)
+            for raw in page:
+                key = _listing_key(raw)
+                hit = last.get(raw.instance_id)
+                inst = hit[1] if hit is not None and hit[0] == key else self._instance(raw)
+                seen[raw.instance_id] = (key, inst)
+                found.append(inst)
             if token is None:
+                self._listed_instances = seen
                 return found
 
     def stop(self, ref: InstanceRef) -> None:
@@ -200,3 +219,9 @@ class SandboxProvider:
             preempt_reason=raw.preempt_reason,
             interruption_notice_at=raw.interruption_notice_at,
         )
+
+
+def _listing_key(raw: SandboxInstance) -> tuple:
+    """Everything of a snapshot that ``SandboxProvider._instance`` copies into an ``Instance``."""
+    return (raw.region, raw.zone, raw.instance_type, raw.capacity, raw.state, tuple(raw.tags.items()),
+            raw.client_token, raw.launched_at, raw.preempted, raw.preempt_reason, raw.interruption_notice_at)

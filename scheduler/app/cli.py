@@ -473,8 +473,9 @@ def _writable_folder(folder: Path, what: str) -> None:
 def demo(
     out_dir: Path = typer.Option(Path("gpusched-demo"), "--out", help="where the demo's store and report go"),
     seed: int = typer.Option(7, help="seed for the sandbox cloud (same seed, same run)"),
-    via_emulators: bool = typer.Option(False, "--via-emulators",
-                                       help="reach Alibaba and Tencent through their real SDKs and the HTTP emulators"),
+    via_emulators: bool = typer.Option(
+        False, "--via-emulators",
+        help="reach Alibaba, Tencent and Huawei through their real SDKs and the HTTP emulators"),
     progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Run the daemon's tick on the sandbox cloud in simulated time and write a report."""
@@ -525,6 +526,9 @@ def trace_generate(
     jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
     family: str = typer.Option("standard", help="kind of month: standard (the one the planner was tuned on), "
                                "long-training, tight-deadlines, heavy-inference, mixed"),
+    reclaim_scale: Optional[str] = typer.Option(None, help='the market: factors on the catalog\'s spot reclaim '
+                                                "rates, \"2\" or \"aws=2,alibaba/cn-hangzhou=0.5\" (written into "
+                                                "the trace; simulate uses them)"),
     progress: Optional[bool] = cli_progress.progress_option(),
 ) -> None:
     """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
@@ -534,6 +538,8 @@ def trace_generate(
             "--family", family]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
+    if reclaim_scale is not None:
+        argv += ["--reclaim-scale", reclaim_scale]
     with cli_progress.Bar(err, f"trace {month}: team streams", 3 * teams,
                           enabled=cli_progress.wanted(progress, err)) as bar:
         code = generate(argv, progress=lambda done, total: bar.update(done, total))
@@ -590,7 +596,7 @@ def simulate(
     from scheduler.simulation.fair_score import write_explain_csv
     from scheduler.simulation.simulate import POLICIES, Submission
     from scheduler.simulation.simulate import simulate as run_simulation
-    from scheduler.simulation.trace_file import load_trace
+    from scheduler.simulation.trace_file import load_trace_market
 
     if policy not in POLICIES:
         raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
@@ -599,7 +605,9 @@ def simulate(
             raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
         _writable_folder(output.parent, "the folder of --output")
     configure_logging("console", "warning")
-    entries = load_trace(trace)
+    entries, market = load_trace_market(trace)
+    if not market.is_catalog:
+        err.print(f"market: {market.describe()}", highlight=False)
     subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
     settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
     bound = None
@@ -609,7 +617,7 @@ def simulate(
         bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
     with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
         summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
-                                 progress=bar.update)
+                                 progress=bar.update, market=market)
     text = summary.to_json()
     if output:
         try:

@@ -36,7 +36,14 @@ from scheduler.agent.outputs import outputs_prefix
 from scheduler.jobs.infer_shards import work_units
 from scheduler.lifecycle import gang
 from scheduler.lifecycle.perf_learning import learn_from_progress
-from scheduler.lifecycle.transitions import current_attempt, make_idle, release_nodes, requeue_after_loss, set_job
+from scheduler.lifecycle.transitions import (
+    current_attempt,
+    job_to_move,
+    make_idle,
+    release_nodes,
+    requeue_after_loss,
+    set_job,
+)
 from scheduler.models import JobSpec
 from scheduler.states import (
     ATTEMPT_MOVES,
@@ -326,7 +333,7 @@ def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, 
     once per run, and again after halving the batch for CUDA running out of memory), recorded as a
     ``batch_fitted`` event for the memory model to learn from.
     """
-    job = s.get(JobRow, job_id)
+    job = job_to_move(s, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return  # a stale report from an older attempt: fenced off
@@ -367,7 +374,7 @@ def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: dat
                     outputs: str | None = None) -> None:
     """The agent says the job's process exited; its machine becomes idle and warm. ``outputs``: the
     object-store prefix the agent uploaded what the job made to (``gpusched status JOB`` shows it)."""
-    job = s.get(JobRow, job_id)
+    job = job_to_move(s, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return

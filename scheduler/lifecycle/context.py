@@ -19,6 +19,7 @@ from scheduler.lifecycle.idle_window import WarmMemo
 from scheduler.lifecycle.offerbook import OfferBook
 from scheduler.lifecycle.perf_learning import RatesMemo
 from scheduler.models import JobSpec
+from scheduler.planner.book import Market
 from scheduler.planner.inputs import PlannerPolicy
 from scheduler.settings import Settings
 from scheduler.store.database import Store
@@ -62,6 +63,9 @@ class TickContext:
     # Parsed job specs by job id: a spec never changes after submission, and validating it
     # again for every running job on every tick was a good part of a busy tick.
     specs: dict[str, JobSpec] = field(default_factory=dict)
+    # The planner's grouping of the offers (``planner.book.Market``), kept while the offers are the same
+    # objects: grouping ~600 offers again was most of planning the few jobs a tick has.
+    market: Market | None = None
 
     @classmethod
     def build(cls, store: Store, providers: Mapping[str, Provider], clock: Clock, settings: Settings, *,

@@ -69,7 +69,7 @@ def reserved_slots(reserved: Iterable[ReservedCapacity], offers: Iterable[Offer]
 
 def fleet_slots(ctx: TickContext, s: Session, now: datetime) -> list[FleetSlot]:
     """Warm idle instances we hold, plus free units of owned reserved capacity."""
-    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    offers = ctx.offers.by_key(ctx.providers, now)
     slots: list[FleetSlot] = []
     idle = s.scalars(
         select(InstanceRow)

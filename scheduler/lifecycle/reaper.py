@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from providers.base import (
@@ -112,12 +112,17 @@ def _why_stop(ctx: TickContext, s: Session, row: InstanceRow, now: datetime) -> 
 def retire_stopped(ctx: TickContext, now: datetime, report: TickReport) -> None:
     """Terminate machines stopped longer than ``stopped_retention_hours``: their disks still bill."""
     keep = timedelta(hours=ctx.settings.stopped_retention_hours)
-    with ctx.store.session() as s:
-        stopped = s.scalars(
-            select(InstanceRow).where(InstanceRow.state == I.stopped.value).order_by(InstanceRow.id)
+    with ctx.store.session(write=False) as s:
+        # Columns, not rows: a month of simulation keeps hundreds of machines stopped at once, and
+        # loading each whole row every tick to read two times was most of the reaper's time.
+        # Only those stopped long enough: the database compares the times.
+        stopped = s.execute(
+            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
+            .where(InstanceRow.state == I.stopped.value,
+                   func.coalesce(InstanceRow.stopped_at, InstanceRow.created_at) <= now - keep)
+            .order_by(InstanceRow.id)
         ).all()
-        due = [(r.id, r.provider, r.region, r.cloud_id) for r in stopped
-               if r.cloud_id and now - utc(r.stopped_at or r.created_at) >= keep]
+        due = [(r.id, r.provider, r.region, r.cloud_id) for r in stopped if r.cloud_id]
     for row_id, prov, region, cloud_id in due:
         provider = ctx.providers.get(prov)
         if provider is None:

@@ -54,6 +54,8 @@ class SpotWatch:
     seen_h: float = 0.0
     spells: int = 0
     run_h: float = 0.0  # how long the current state (available or not) has lasted
+    # The wait until the next decision that a move off spot allowed for (``next_decision_h``).
+    left_spot_tick_h: float = 0.0
 
     def update(self, now: datetime, available: bool) -> None:
         dt = max(0.0, (now - self.last).total_seconds() / 3600)
@@ -63,6 +65,18 @@ class SpotWatch:
         if available and not self.available:
             self.spells += 1
         self.available, self.last = available, now
+
+
+def next_decision_h(window_h: float, state: SpotState, watch: SpotWatch) -> float:
+    """The rule's ``tick_h``: how long until it is asked again, forecast as this tick's window.
+
+    Off spot, never less than the window the job's last move off spot allowed for. Slack does not
+    grow off spot, so with the same allowance the rule keeps the job where the move put it; a
+    shorter forecast one tick later (ticks come unevenly: the simulator's jump from event to
+    event, a daemon that was busy) would lower both floors below the slack and send the job
+    straight back to spot, with less slack than the move found too little.
+    """
+    return window_h if state is SpotState.spot else max(window_h, watch.left_spot_tick_h)
 
 
 def _window_h(ctx: TickContext, now: datetime) -> float:
@@ -106,7 +120,7 @@ def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, stat
         changeover_h=policy.boot_hours + policy.restart_hours + est.epoch_hours / 2,
         spot_available=True if state is SpotState.spot else market,
         price_ratio_k=price_k,
-        tick_h=window_h,
+        tick_h=next_decision_h(window_h, state, watch),
         observed_h=observed,
         spot_seen_h=min(watch.seen_h, observed),
         spot_spells=watch.spells,
@@ -121,7 +135,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     deadline and capacity auto; the planner places everything else."""
     if ctx.planner_policy().strategy != "gpusched":
         return {}
-    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    offers = ctx.offers.by_key(ctx.providers, now)
     avoided = ctx.offers.avoided(now)
     out: dict[str, str] = {}
     with ctx.store.session(write=False) as s:
@@ -152,7 +166,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
 def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     if ctx.planner_policy().strategy != "gpusched":
         return  # the simulator's baselines do not steer
-    offers = {o.key: o for o in ctx.offers.offers(ctx.providers, now)}
+    offers = ctx.offers.by_key(ctx.providers, now)
     avoided = ctx.offers.avoided(now)
     window_h, policy = _window_h(ctx, now), ctx.planner_policy()
     with ctx.store.session(write=False) as s:
@@ -197,6 +211,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
+            if on_spot:
+                ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)

@@ -68,6 +68,7 @@ from scheduler.lifecycle.transitions import (
 )
 from scheduler.models import Capacity, JobSpec, Offer
 from scheduler.money import Money
+from scheduler.planner.book import market_for
 from scheduler.planner.inputs import PlanJob, TeamBudget
 from scheduler.planner.plan import Decision, plan
 from scheduler.states import (
@@ -232,6 +233,10 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                   fail=True, exc=exc)
     jobs = _rule_placements(ctx, now, jobs)
     offers = ctx.offers.offers(ctx.providers, now)
+    try:
+        ctx.market = market_for(offers, ctx.planner_policy(), ctx.market)
+    except Exception:  # noqa: BLE001 - offers the planner cannot group fail inside plan() too, isolated there
+        ctx.market = None
     decisions = _plan_isolated(ctx, now, report, jobs, offers, fleet, measured, budgets)
     by_id = {j.id: j for j in jobs}  # not a scan of the queue per decision: quadratic in a long queue
     for d in decisions:
@@ -252,19 +257,20 @@ def _plan_isolated(ctx: TickContext, now: datetime, report: TickReport, jobs: li
     """
     policy = ctx.planner_policy()
     try:
-        return plan(jobs, offers, fleet, now, policy, measured=measured, team_budgets=budgets)
+        return plan(jobs, offers, fleet, now, policy, measured=measured, team_budgets=budgets, market=ctx.market)
     except Exception:  # noqa: BLE001 - find the job it is about
         log.warning("plan_failed_isolating", jobs=len(jobs), exc_info=True)
     good = []
     for job in jobs:
         try:
-            plan([job], offers, fleet, now, policy, measured=measured, team_budgets=budgets)
+            plan([job], offers, fleet, now, policy, measured=measured, team_budgets=budgets, market=ctx.market)
         except Exception as exc:  # noqa: BLE001
             set_aside(ctx, now, report, job.id, f"it could not be planned or priced ({describe(exc)})",
                       fail=False, exc=exc)
         else:
             good.append(job)
-    return plan(good, offers, fleet, now, policy, measured=measured, team_budgets=budgets) if good else []
+    return plan(good, offers, fleet, now, policy, measured=measured, team_budgets=budgets,
+                market=ctx.market) if good else []
 
 
 def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> list[PlanJob]:
@@ -296,7 +302,7 @@ def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now:
         return d
     spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": "on-demand"})})
     late = job.model_copy(update={"deadline_at": None, "spec": spec})
-    [again] = plan([late], offers, [], now, ctx.planner_policy(), measured=measured)
+    [again] = plan([late], offers, [], now, ctx.planner_policy(), measured=measured, market=ctx.market)
     if again.action != "launch":
         return d
     return again.model_copy(update={"reason": f"the deadline can no longer be met ({d.reason}); "
@@ -461,10 +467,7 @@ def _user_data(ctx: TickContext, row: InstanceRow, attempt: AttemptRow, offer: O
 
 
 def _find_offer(ctx: TickContext, now: datetime, key: str) -> Offer | None:
-    for o in ctx.offers.offers(ctx.providers, now):
-        if o.key == key:
-            return o
-    return None
+    return ctx.offers.find(ctx.providers, now, key)
 
 
 # The cloud said no and created nothing: give the offer up for a while and plan again.

@@ -10,7 +10,7 @@ from datetime import datetime
 
 import structlog
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from providers.base import Capability, Provider
 from scheduler.accounting import ledger
@@ -35,6 +35,17 @@ A, I, J = AttemptState, InstanceRowState, JobState
 
 
 # --- small helpers -----------------------------------------------------------------
+
+
+# A job row without its last plan (``plan_json``: the decision with its runners-up, the row's largest
+# column, read only by ``gpusched status JOB``): what the hot paths that load a job to move it load.
+# Read inside the session, it still loads on first access; these paths never hand the row out.
+_NO_PLAN = (defer(JobRow.plan_json),)
+
+
+def job_to_move(s: Session, job_id: str) -> JobRow | None:
+    """``s.get(JobRow, job_id)``, leaving ``plan_json`` unloaded until read (see ``_NO_PLAN``)."""
+    return s.get(JobRow, job_id, options=_NO_PLAN)
 
 
 def current_attempt(s: Session, job_id: str) -> AttemptRow | None:
@@ -69,7 +80,7 @@ def open_billing(s: Session, row: InstanceRow, now: datetime) -> None:
 
 def start_job_on(s: Session, row: InstanceRow, now: datetime) -> None:
     """The machine is up: the job's attempt starts (the on-instance agent picks it up)."""
-    job = s.get(JobRow, row.job_id)
+    job = job_to_move(s, row.job_id)
     attempt = current_attempt(s, row.job_id)
     if job is None or attempt is None:
         return
@@ -126,7 +137,7 @@ def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: s
     job_id, row.job_id = row.job_id, None
     if not job_id:
         return None
-    job = s.get(JobRow, job_id)
+    job = job_to_move(s, job_id)
     attempt = current_attempt(s, job_id)
     if job is None or attempt is None or J(job.state) in JOB_TERMINAL:
         return None

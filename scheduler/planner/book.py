@@ -5,14 +5,17 @@ that share every number the planner computes (cloud, region, GPU setup, vCPUs,
 capacity, price, reclaim rate, fleet slot) and differ only in zone, instance type
 and stock, so a job prices a group once instead of each candidate. It also keeps
 what every job of the call would otherwise recompute: FX rates, hourly prices per
-node count, ``Money`` per amount, the groups a filter lets through.
+node count, ``Money`` per amount, the groups a filter lets through. The offers'
+part, a ``Market``, depends on nothing but the offers and the policy, so a caller
+that plans the same offers again passes the one it has (``market_for``).
 
 Not to be confused with the other containers of offers: ``providers.catalog`` reads
 the bundled price list, ``lifecycle.offerbook.OfferBook`` caches the clouds' live
 offers between daemon ticks, and ``simulation.lower_bound_options.PricedCatalog``
 prices offers once for a whole trace, without stock, reclaim rates or fleet slots.
 
-Everything here lives for one ``plan()`` call: no module-level state.
+A book lives for one ``plan()`` call, a market for as long as its caller keeps it; no
+module-level state.
 """
 
 from __future__ import annotations
@@ -133,23 +136,23 @@ class Filter(NamedTuple):
     slots: bool  # a gang of nodes is launched fresh: fleet slots are single machines
 
 
-class CandidateBook:
-    """Everything a plan() call sees besides the jobs, grouped, and the slots already handed out."""
+class Market:
+    """The offers of a ``plan()`` call folded into ``Group``s, for one policy: what does not depend on the
+    clock, the fleet or the jobs. A daemon's offers change rarely between ticks (a refresh lists an
+    unchanged offer as the same object), so its tick keeps one and passes it to every ``plan()`` call
+    while the offers are the same objects (``serves``); grouping them again was most of a small plan.
 
-    def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
-                 measured: Mapping[tuple[str, str, int], float] | None) -> None:
-        self.now, self.policy, self.measured = now, policy, measured
-        self.taken: dict[int, str] = {}  # slot index -> the job it went to
-        self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
+    Nothing here changes once made but caches of what it would always compute the same way: hourly
+    prices per node count (``Group.hourly``) and the bundles a filter lets through.
+    """
+
+    def __init__(self, offers: Sequence[Offer], policy: PlannerPolicy) -> None:
+        self.offers, self.policy = tuple(offers), policy
+        self.keys: dict[tuple, int] = {}  # interned setups, timings and shapes (tagged); a book copies it
         self._rates: dict[tuple[str, str], Decimal] = {}
-        # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
-        # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
-        self._money: dict[str, Money] = {}
-        self._more: dict[str, str] = {}
-        self._matching: dict[Filter, list[list[Group]]] = {}
-        self._keys: dict[tuple, int] = {}  # interned setups, timings and shapes (tagged)
+        self._matching: dict[tuple[OfferFilter, frozenset[Capacity]], list[list[Group]]] = {}
         groups: dict[tuple, Group] = {}
-        for i, offer in enumerate(offers):
+        for i, offer in enumerate(self.offers):
             for j, cap in enumerate((Capacity.spot, Capacity.on_demand)):
                 price = offer.price(cap)
                 if price is None:
@@ -160,65 +163,28 @@ class CandidateBook:
                        money.currency, str(money.amount))  # str: 1.0 and 1.00 print differently
                 g = groups.get(key)
                 if g is None:
-                    g = groups[key] = self._group(offer, cap, "new", money)
+                    g = groups[key] = _group(self.keys, policy, offer, cap, "new", money)
                 g.members.append(Member(offer, f"{offer.key}|{cap.value}", offer.stock(cap) is Stock.sold_out,
-                                        *self._tail(offer, g, 2 * i + j)))
+                                        *_tail(self.keys, offer, g, 2 * i + j)))
         self.groups = list(groups.values())
-        base = 2 * len(offers)
-        for i, slot in enumerate(slots):
-            price = slot.offer.price(slot.capacity)
-            if slot.capacity is not Capacity.reserved and price is None:
-                continue  # a warm machine we cannot price cannot be compared
-            g = self._group(slot.offer, slot.capacity, slot.kind, None if price is None else price.per_hour)
-            g.slot, g.instance_id, g.until = i, slot.instance_id, slot.until
-            g.members.append(Member(slot.offer, None, False, *self._tail(slot.offer, g, base + i)))
-            self.groups.append(g)
-        for i, g in enumerate(self.groups):
-            g.index = i
-            for mem in g.members:
-                o = mem.offer
-                mem.option_fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
-                                     "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count,
-                                     "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id}
-            g.members.sort(key=lambda mem: mem.tail)
-            every = Line.of(g.members)
-            clean = Line.of([mem for mem in g.members if not mem.sold_out])
-            sold = Line.of([mem for mem in g.members if mem.sold_out])
-            g.runs = Runs(open=tuple((r, line) for r, line in ((Rank.FEASIBLE, clean), (Rank.WAITING, sold))
-                                     if line.members),
-                          held=((Rank.WAITING, every),), blocked=((Rank.BLOCKED, every),),
-                          cannot_run=((Rank.CANNOT_RUN, every),))
+        _finish(self.groups, 0)
 
-    def _group(self, offer: Offer, cap: Capacity, source: Source, price: Money | None) -> Group:
-        rate = 0.0 if self.policy.naive_spot else offer.spot_interruptions_per_hour
-        g = Group(offer.provider, offer.region, offer.gpu, offer.gpu_count, offer.vcpus, cap, source, rate, price,
-                  not_reserved=cap is not Capacity.reserved, not_warm=source != "warm")
-        setup = (offer.gpu, offer.gpu_count, offer.vcpus)
-        how = (cap, rate if cap is Capacity.spot else 0.0, source == "warm")
-        g.est_keys = (self._intern(("setup", *setup)), self._intern(("gpu", offer.gpu)))
-        g.timing_keys = (self._intern(("timing", *setup, *how)), self._intern(("gpu timing", offer.gpu, *how)))
-        return g
+    def serves(self, offers: Sequence[Offer], policy: PlannerPolicy) -> bool:
+        """Whether this market is ``offers`` (the same objects, in the same order) under ``policy``."""
+        mine = self.offers
+        return (len(mine) == len(offers) and (policy is self.policy or policy == self.policy)
+                and all(a is b for a, b in zip(mine, offers)))
 
-    def _tail(self, offer: Offer, g: Group, seq: int) -> tuple[Tail, int]:
-        """A member's sort-key tail and its shape."""
-        cap, iid = g.capacity.value, g.instance_id or ""
-        shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
-        return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
-                self._intern(shape))
-
-    def _intern(self, key: tuple) -> int:
-        return self._keys.setdefault(key, len(self._keys))
-
-    def matching(self, f: Filter) -> list[list[Group]]:
-        """The groups ``f`` lets through, in bundles that share a timing (GPU setup, capacity, rate, start)."""
-        got = self._matching.get(f)
+    def matching(self, offers: OfferFilter, capacities: frozenset[Capacity]) -> list[list[Group]]:
+        """The groups of new machines a job's filters let through, in bundles that share a timing, each by price."""
+        key = (offers, capacities)
+        got = self._matching.get(key)
         if got is None:
             bundles: dict[int, list[Group]] = {}
-            capacities, offers = f.capacities, f.offers
             for g in self.groups:
-                if g.capacity in capacities and (f.slots or g.slot is None) and offers.admits(g):
+                if g.capacity in capacities and offers.admits(g):
                     bundles.setdefault(g.timing_keys[0], []).append(g)
-            got = self._matching[f] = list(bundles.values())
+            got = self._matching[key] = list(bundles.values())
             for bundle in got:  # by price, so costs never fall along a bundle (rank.Placeholder)
                 bundle.sort(key=lambda g: self.hourly(g, 1).amount)
         return got
@@ -235,6 +201,109 @@ class CandidateBook:
         if h is None:
             h = g.hourly[nodes] = cost.hourly(g.price, nodes, self.policy.currency, self.rate)
         return h
+
+
+def market_for(offers: Sequence[Offer], policy: PlannerPolicy, last: Market | None) -> Market:
+    """``last`` when it serves ``offers`` under ``policy`` (``Market.serves``), else a new market."""
+    return last if last is not None and last.serves(offers, policy) else Market(offers, policy)
+
+
+def _group(keys: dict[tuple, int], policy: PlannerPolicy, offer: Offer, cap: Capacity, source: Source,
+           price: Money | None) -> Group:
+    rate = 0.0 if policy.naive_spot else offer.spot_interruptions_per_hour
+    g = Group(offer.provider, offer.region, offer.gpu, offer.gpu_count, offer.vcpus, cap, source, rate, price,
+              not_reserved=cap is not Capacity.reserved, not_warm=source != "warm")
+    setup = (offer.gpu, offer.gpu_count, offer.vcpus)
+    how = (cap, rate if cap is Capacity.spot else 0.0, source == "warm")
+    g.est_keys = (_intern(keys, ("setup", *setup)), _intern(keys, ("gpu", offer.gpu)))
+    g.timing_keys = (_intern(keys, ("timing", *setup, *how)), _intern(keys, ("gpu timing", offer.gpu, *how)))
+    return g
+
+
+def _tail(keys: dict[tuple, int], offer: Offer, g: Group, seq: int) -> tuple[Tail, int]:
+    """A member's sort-key tail and its shape."""
+    cap, iid = g.capacity.value, g.instance_id or ""
+    shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
+    return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
+            _intern(keys, shape))
+
+
+def _intern(keys: dict[tuple, int], key: tuple) -> int:
+    return keys.setdefault(key, len(keys))
+
+
+def _finish(groups: list[Group], first: int) -> None:
+    """Number ``groups`` from ``first`` and sort each one's members into the lines ``rank`` walks."""
+    for i, g in enumerate(groups, first):
+        g.index = i
+        for mem in g.members:
+            o = mem.offer
+            mem.option_fields = {"provider": o.provider, "region": o.region, "zone": o.zone,
+                                 "instance_type": o.instance_type, "gpu": o.gpu, "gpu_count": o.gpu_count,
+                                 "capacity": g.capacity, "source": g.source, "instance_id": g.instance_id}
+        g.members.sort(key=lambda mem: mem.tail)
+        every = Line.of(g.members)
+        clean = Line.of([mem for mem in g.members if not mem.sold_out])
+        sold = Line.of([mem for mem in g.members if mem.sold_out])
+        g.runs = Runs(open=tuple((r, line) for r, line in ((Rank.FEASIBLE, clean), (Rank.WAITING, sold))
+                                 if line.members),
+                      held=((Rank.WAITING, every),), blocked=((Rank.BLOCKED, every),),
+                      cannot_run=((Rank.CANNOT_RUN, every),))
+
+
+class CandidateBook:
+    """Everything a plan() call sees besides the jobs, grouped, and the slots already handed out: the
+    offers' ``Market`` (``market`` when it serves these offers and policy, else a new one) and the fleet's
+    slots, each a group of its own, numbered after the market's."""
+
+    def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
+                 measured: Mapping[tuple[str, str, int], float] | None, market: Market | None = None) -> None:
+        self.now, self.policy, self.measured = now, policy, measured
+        if market is None or not market.serves(offers, policy):
+            market = Market(offers, policy)
+        self.market = market
+        self.taken: dict[int, str] = {}  # slot index -> the job it went to
+        self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
+        self.rate, self.hourly = market.rate, market.hourly
+        # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
+        # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
+        self._money: dict[str, Money] = {}
+        self._more: dict[str, str] = {}
+        self._matching: dict[Filter, list[list[Group]]] = {}
+        keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
+        base = 2 * len(offers)
+        slot_groups: list[Group] = []
+        for i, slot in enumerate(slots):
+            price = slot.offer.price(slot.capacity)
+            if slot.capacity is not Capacity.reserved and price is None:
+                continue  # a warm machine we cannot price cannot be compared
+            g = _group(keys, policy, slot.offer, slot.capacity, slot.kind, None if price is None else price.per_hour)
+            g.slot, g.instance_id, g.until = i, slot.instance_id, slot.until
+            g.members.append(Member(slot.offer, None, False, *_tail(keys, slot.offer, g, base + i)))
+            slot_groups.append(g)
+        _finish(slot_groups, len(market.groups))
+        self._slot_groups = slot_groups
+        self.groups = market.groups + slot_groups
+
+    def matching(self, f: Filter) -> list[list[Group]]:
+        """The groups ``f`` lets through, in bundles that share a timing (GPU setup, capacity, rate, start):
+        the market's, then the fleet slots' (a slot's timing is never a new machine's: it starts warm, or
+        is reserved capacity)."""
+        got = self._matching.get(f)
+        if got is None:
+            got = self.market.matching(f.offers, f.capacities)
+            if f.slots and self._slot_groups:
+                bundles: dict[int, list[Group]] = {}
+                capacities, offers = f.capacities, f.offers
+                for g in self._slot_groups:
+                    if g.capacity in capacities and offers.admits(g):
+                        bundles.setdefault(g.timing_keys[0], []).append(g)
+                if bundles:
+                    for bundle in bundles.values():
+                        bundle.sort(key=lambda g: self.hourly(g, 1).amount)
+                    got = got + list(bundles.values())
+            self._matching[f] = got
+        return got
 
     def more(self, extra: Decimal) -> str:
         """A feasible runner-up's why: ``extra`` more than the choice (to the cent, policy currency)."""

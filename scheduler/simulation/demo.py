@@ -2,10 +2,10 @@
 
 Three teams submit the job files in ``examples/`` over a few simulated days; the
 sandbox poses as AWS, Alibaba Cloud and Tencent Cloud (catalog prices, seeded
-boot delays and spot reclaims). The scenario also scripts one spot reclaim, so a
-preemption and a resume from the last checkpoint always show. At the end it
-writes the monthly report and prints what ran where, what it cost and what was
-saved. Same seed, same run.
+boot delays and spot reclaims), and, through the emulators, Huawei Cloud too.
+The scenario also scripts one spot reclaim, so a preemption and a resume from
+the last checkpoint always show. At the end it writes the monthly report and
+prints what ran where, what it cost and what was saved. Same seed, same run.
 """
 
 from __future__ import annotations
@@ -109,14 +109,19 @@ def examples_dir() -> Path:
     raise FileNotFoundError("examples/ not found next to the package; run the demo from a checkout")
 
 
-def demo_settings(out_dir: Path, seed: int) -> Settings:
+# The clouds the demo poses as; ``--via-emulators`` adds Huawei Cloud, reached through its SDK and emulator.
+PROVIDERS = ("aws", "alibaba", "tencent")
+EMULATED_PROVIDERS = (*PROVIDERS, "huawei")
+
+
+def demo_settings(out_dir: Path, seed: int, providers: tuple[str, ...] = PROVIDERS) -> Settings:
     return Settings(
         _env_file=None,
         data_dir=out_dir,
         database_url="",
         cluster="demo",
         backend="sandbox",
-        providers=["aws", "alibaba", "tencent"],
+        providers=list(providers),
         idle_stop_minutes=10,
         launch_grace_seconds=120,
         report_currency="CNY",
@@ -134,15 +139,16 @@ def demo_settings(out_dir: Path, seed: int) -> Settings:
 
 def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
              via_emulators: bool = False, progress: Callable[[DemoProgress], None] | None = None) -> DemoResult:
-    """``via_emulators``: Alibaba and Tencent go through their real adapters and SDKs over HTTP to the
-    emulators in tests/emulators (the same simulated market behind them); AWS stays in-process,
-    since moto has no market (prices, stock-outs, reclaims) to simulate. ``progress`` is told after each tick."""
+    """``via_emulators``: Alibaba, Tencent and Huawei go through their real adapters and SDKs over HTTP to
+    the emulators in providers/emulators (the same simulated market behind them); AWS stays in-process,
+    since moto has no market (prices, stock-outs, reclaims) to simulate. Huawei Cloud joins the scenario
+    only then: the plain demo keeps its three clouds (and its figures). ``progress`` is told after each tick."""
     console = console or Console()
     wall0 = time.perf_counter()
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    settings = demo_settings(out_dir, seed)
+    settings = demo_settings(out_dir, seed, EMULATED_PROVIDERS if via_emulators else PROVIDERS)
     clock = SimClock(START)
     store = Store(settings.db_url)
     store.migrate()
@@ -194,7 +200,7 @@ def run_demo(out_dir: Path, seed: int = 7, console: Console | None = None,
     result.report = report
     _print_summary(console, result)
     if via_emulators:
-        console.print("Alibaba and Tencent ran through their real SDKs over HTTP to the local emulators.")
+        console.print("Alibaba, Tencent and Huawei ran through their real SDKs over HTTP to the local emulators.")
     if report.bills is not None and bills is not None:
         _print_bills(console, report.bills, bills)
     store.dispose()
@@ -221,10 +227,11 @@ def _print_bills(console: Console, rec: BillReconciliation, bills: EmulatedBills
 
 
 def attach_emulators(settings: Settings, clock: SimClock, providers: dict, clouds: dict, emulators: list) -> dict:
-    """Put the HTTP emulators in front of the Alibaba and Tencent sandbox clouds; swap in the real adapters.
-    The emulators go into ``emulators`` (the caller closes them); returns each cloud's reclaim lever."""
+    """Put the HTTP emulators in front of the Alibaba, Tencent and Huawei sandbox clouds; swap in the real
+    adapters. The emulators go into ``emulators`` (the caller closes them); returns each cloud's reclaim lever."""
     try:
         from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
+        from providers.emulators.huawei_ecs import HuaweiEcsEmulator
         from providers.emulators.tencent_cvm import TencentCvmEmulator
     except ImportError as exc:
         raise UserError(f"the emulators need the cloud SDKs ({exc})",
@@ -232,22 +239,34 @@ def attach_emulators(settings: Settings, clock: SimClock, providers: dict, cloud
     key, secret = "demo-key", "demo-secret"
     overrides: dict[str, dict] = {}
     preempt: dict = {}
-    for name in ("alibaba", "tencent"):
+    for name in ("alibaba", "tencent", "huawei"):
         if name not in clouds:
             continue
         cloud = clouds[name]
         regions = tuple(sorted({o.region for o in cloud.offers()}))
         if name == "alibaba":
             emu = AlibabaEcsEmulator(cloud, {key: secret})
-            overrides[name] = {"access_key_id": key, "access_key_secret": secret, "image_id": "m-demo"}
+            overrides[name] = {"access_key_id": key, "access_key_secret": secret, "image_id": "m-demo",
+                               "protocol": "http"}
             preempt[name] = cloud.preempt
-        else:
+        elif name == "tencent":
             emu = TencentCvmEmulator(cloud, clock, {key: secret}, seed=settings.sandbox_seed)
             # The account's currency is never guessed: the sandbox's prices are the catalog's.
             currency = next(o.on_demand.per_hour.currency for o in cloud.offers() if o.on_demand is not None)
-            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo", "currency": currency}
+            overrides[name] = {"secret_id": key, "secret_key": secret, "image_id": "img-demo", "currency": currency,
+                               "protocol": "http"}
             preempt[name] = lambda cid, at=None, emu=emu: emu.preempt(cid)
-        overrides[name].update(endpoint=emu.endpoint, protocol="http", regions=regions)
+        else:
+            # Huawei scopes every call to a project, one per region; a VPC and a subnet per zone to launch into.
+            projects = {region: f"{n:04d}".ljust(32, "d") for n, region in enumerate(regions)}
+            zones = sorted({o.zone for o in cloud.offers()})
+            emu = HuaweiEcsEmulator(cloud, clock, {key: secret}, {p: r for r, p in projects.items()},
+                                    seed=settings.sandbox_seed)
+            overrides[name] = {"GPUSCHED_HUAWEI_ACCESS_KEY": key, "GPUSCHED_HUAWEI_SECRET_KEY": secret,
+                               "project_ids": projects, "image_id": "img-demo", "vpc_id": "vpc-demo",
+                               "subnet_ids": {zone: f"subnet-{zone}" for zone in zones}}
+            preempt[name] = lambda cid, at=None, emu=emu: emu.preempt(cid)
+        overrides[name].update(endpoint=emu.endpoint, regions=regions)
         emulators.append(emu)
     live = build_live(settings.model_copy(update={"providers": list(overrides)}), clock, **overrides)
     providers.update(live)

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
 from scheduler.agent.runner import AgentConfig, command_for, remote_checkpoint
@@ -112,7 +112,6 @@ class SimAgents:
 
     def step(self, now: datetime) -> int:
         """Advance every running attempt to ``now`` (or to its machine's end); returns jobs finished."""
-        finished = 0
         self._finish_at = {}
         with self.store.session() as s:
             if now != self._beat_at:  # once per moment: a second step at the same time adds nothing
@@ -131,75 +130,109 @@ class SimAgents:
             if not running:
                 return 0
             alive = self._alive() if self.ended_at is None else None
-            for r in running:
-                if r.started_at is None or r.cloud_id is None or r.id in self.silent:
-                    continue  # not started, or a silent agent: hung, so its job makes no progress either
-                until = now
-                if alive is not None and r.id not in alive:
-                    continue
-                if self.ended_at is not None:
-                    ended = self.ended_at(r.provider, r.cloud_id)
-                    until = min(now, ended) if ended is not None else now
-                try:
-                    spec = self._spec(r.job_id, s=s)
-                except ValidationError:
-                    continue  # a job stored before the bounds: the tick sets it aside, this machine idles
-                if spec.resources.nodes > 1:
-                    job = s.get(JobRow, r.job_id)
-                    attempt = current_attempt(s, r.job_id)
-                    gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
-                    if gang_until is None:
-                        continue
-                    until = gang_until
-                est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
-                                         r.start_epoch)
-                factor = self.true_factor(r.job_id, r.gpu)
-                if self.output_bytes is not None and (r.job_id, r.number) not in self._told:
-                    self._begin_output(s, r, spec, now)
-                started = utc(r.started_at)
-                elapsed_h = (until - started).total_seconds() / 3600
-                work_h = elapsed_h - est.setup_hours * factor
-                # Whether the job is done is decided on the finish *time* (the event the simulation
-                # jumps to), never on float hours: those can land a hair short of the last epoch at
-                # exactly that moment, and with no later event the job would idle on until an
-                # unrelated tick.
-                if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
-                    total = infer_shards.work_units(spec) or 1
-                    epoch_h = est.epoch_hours * factor
-                    finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
-                    self._finish_at[(r.job_id, r.number)] = finish_at
-                    if work_h < 0:
-                        continue
-                    epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
-                    if epochs > r.epochs_done:
-                        if self.output_bytes is not None:
-                            self._output(s, r.job_id, r.number,
-                                         _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu), now)
-                        report_progress(s, r.job_id, r.number, epochs, _resume_uri(spec), now, source="simulated")
-                    if epochs >= total and until == now:
-                        unit = "epochs" if spec.kind is Kind.train else "shards"
-                        self._output(s, r.job_id, r.number, [f"{_SIM} {total} {unit} done; the job succeeded"], now)
-                        report_finished(s, r.job_id, r.number, True, now, f"{total} {unit}")
-                        finished += 1
-                else:
-                    finish_at = started + timedelta(hours=est.hours * factor)
-                    self._finish_at[(r.job_id, r.number)] = finish_at
-                    if until >= finish_at and until == now:
-                        self._output(s, r.job_id, r.number, [f"{_SIM} {spec.kind.value} finished; the job succeeded"],
-                                     now)
-                        report_finished(s, r.job_id, r.number, True, now)
-                        finished += 1
+            # One flush at the commit for every report of the step, not one before each next query:
+            # each report touches only its own job, attempt and machine, so no later query of the
+            # step reads what an earlier report wrote.
+            with s.no_autoflush:
+                finished = self._advance(s, now, running, alive)
         return finished
 
-    def _output(self, s: Session, job_id: str, attempt: int, lines: list[str], now: datetime) -> None:
-        if self.output_bytes is not None and lines:
-            append_lines(s, job_id, attempt, "".join(line + "\n" for line in lines), now, limit=self.output_bytes)
+    def _advance(self, s: Session, now: datetime, running: list, alive: set[str] | None) -> int:
+        """Report what each running attempt did by ``now``; returns the jobs finished.
 
-    def _begin_output(self, s: Session, r: Any, spec: JobSpec, now: datetime) -> None:
+        What each agent would say is worked out first, then said in the same order: the rows the
+        reports move (each job and its machine) are loaded in two queries for all of them, instead of
+        two for each report. Working it out reads nothing a report writes."""
+        reports = self._reports(s, now, running, alive)
+        if not reports:
+            return 0
+        jobs = {job_id for _, job_id, *_ in reports}
+        held = [*s.scalars(select(JobRow).options(defer(JobRow.plan_json)).where(JobRow.id.in_(jobs))),
+                *s.scalars(select(InstanceRow).where(InstanceRow.id.in_({r.id for r in running
+                                                                         if r.job_id in jobs})))]
+        finished = 0
+        for what, job_id, number, epochs, text in reports:
+            if what == "output":  # the sandbox's stand-in for the job's output (`gpusched logs`)
+                s.flush()  # the output's offsets are read from the rows written before it
+                append_lines(s, job_id, number, text or "", now, limit=self.output_bytes or 0)
+            elif what == "progress":
+                report_progress(s, job_id, number, epochs, text, now, source="simulated")
+            else:
+                report_finished(s, job_id, number, True, now, text or "")
+                finished += 1
+        del held  # kept until here: the session's identity map holds its rows only while they are used
+        return finished
+
+    def _reports(self, s: Session, now: datetime, running: list,
+                 alive: set[str] | None) -> list[tuple[str, str, int, int, str | None]]:
+        """What each running attempt's agent reports at ``now``, in order: ("progress", job, attempt,
+        epochs done, checkpoint), ("finished", job, attempt, 0, message) and, when the sandbox writes the
+        jobs' output, ("output", job, attempt, 0, lines)."""
+        out: list[tuple[str, str, int, int, str | None]] = []
+        for r in running:
+            if r.started_at is None or r.cloud_id is None or r.id in self.silent:
+                continue  # not started, or a silent agent: hung, so its job makes no progress either
+            until = now
+            if alive is not None and r.id not in alive:
+                continue
+            if self.ended_at is not None:
+                ended = self.ended_at(r.provider, r.cloud_id)
+                until = min(now, ended) if ended is not None else now
+            try:
+                spec = self._spec(r.job_id, s=s)
+            except ValidationError:
+                continue  # a job stored before the bounds: the tick sets it aside, this machine idles
+            if spec.resources.nodes > 1:
+                job = s.get(JobRow, r.job_id)
+                attempt = current_attempt(s, r.job_id)
+                gang_until = self._gang_until(s, job, attempt, until, alive) if job and attempt else None
+                if gang_until is None:
+                    continue
+                until = gang_until
+            est = self._estimate_for(spec, r.job_id, r.provider, r.instance_type, r.gpu, r.gpu_count,
+                                     r.start_epoch)
+            factor = self.true_factor(r.job_id, r.gpu)
+            told = self.output_bytes is not None
+            if told and (r.job_id, r.number) not in self._told:
+                _say(out, r, self._first_lines(s, r, spec))
+            started = utc(r.started_at)
+            elapsed_h = (until - started).total_seconds() / 3600
+            work_h = elapsed_h - est.setup_hours * factor
+            # Whether the job is done is decided on the finish *time* (the event the simulation
+            # jumps to), never on float hours: those can land a hair short of the last epoch at
+            # exactly that moment, and with no later event the job would idle on until an
+            # unrelated tick.
+            if spec.kind in infer_shards.RESUMABLE_KINDS and est.epoch_hours:
+                total = infer_shards.work_units(spec) or 1
+                epoch_h = est.epoch_hours * factor
+                finish_at = started + timedelta(hours=est.setup_hours * factor + (total - r.start_epoch) * epoch_h)
+                self._finish_at[(r.job_id, r.number)] = finish_at
+                if work_h < 0:
+                    continue
+                epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
+                if epochs > r.epochs_done:
+                    if told:
+                        _say(out, r, _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu))
+                    out.append(("progress", r.job_id, r.number, epochs, _resume_uri(spec)))
+                if epochs >= total and until == now:
+                    unit = "epochs" if spec.kind is Kind.train else "shards"
+                    if told:
+                        _say(out, r, [f"{_SIM} {total} {unit} done; the job succeeded"])
+                    out.append(("finished", r.job_id, r.number, 0, f"{total} {unit}"))
+            else:
+                finish_at = started + timedelta(hours=est.hours * factor)
+                self._finish_at[(r.job_id, r.number)] = finish_at
+                if until >= finish_at and until == now:
+                    if told:
+                        _say(out, r, [f"{_SIM} {spec.kind.value} finished; the job succeeded"])
+                    out.append(("finished", r.job_id, r.number, 0, None))
+        return out
+
+    def _first_lines(self, s: Session, r: Any, spec: JobSpec) -> list[str]:
         """The attempt's first lines (once, a daemon restart included): where it runs, what would run there."""
         self._told.add((r.job_id, r.number))
         if output_end(s, r.job_id, r.number) > 0:
-            return
+            return []
         lines = [f"{_SIM} no real machine runs this job: the sandbox cloud simulates {r.provider} "
                  f"{r.instance_type} ({r.gpu_count}x {r.gpu}) and its agent"]
         command = _command(spec, r.id, r.gpu, r.gpu_count, r.start_epoch)
@@ -208,7 +241,8 @@ class SimAgents:
         if r.start_epoch:
             lines.append(f"{_SIM} resuming from the checkpoint after {r.start_epoch} "
                          f"{'shards' if spec.kind is Kind.infer else 'epochs'}")
-        self._output(s, r.job_id, r.number, lines, now)
+        return lines
+
 
     def _heartbeat(self, s: Session, now: datetime) -> None:
         """Every running machine's agent says it lives: as of ``now``, or of the moment its machine
@@ -276,3 +310,9 @@ def _command(spec: JobSpec, instance_id: str, gpu: str, gpu_count: int, start_ep
     except (ValueError, KeyError):  # a job the real agent would refuse to start: the attempt says so itself
         return None
     return shlex.join(argv)
+
+
+def _say(out: list[tuple[str, str, int, int, str | None]], r: Any, lines: list[str]) -> None:
+    """Queue ``lines`` of output for the attempt ``r`` among its reports."""
+    if lines:
+        out.append(("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines)))

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pydantic import Field
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from providers.catalog import load_catalog
 from providers.registry import build_sandbox
@@ -45,6 +46,7 @@ from scheduler.money import Money
 from scheduler.settings import Settings
 from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, work_gpu_hours
 from scheduler.simulation.lower_bound import LowerBound
+from scheduler.simulation.market import MarketSpec
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import JOB_TERMINAL, InstanceRowState
 from scheduler.store.database import Store
@@ -105,10 +107,11 @@ class SimSummary(Frozen):
 def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_dir: Path | None = None,
              settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
              horizon: timedelta = timedelta(days=14),
-             progress: Callable[[Progress], None] | None = None) -> SimSummary:
+             progress: Callable[[Progress], None] | None = None, market: MarketSpec | None = None) -> SimSummary:
     """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
 
     ``progress`` is called after every tick (it only reads: the run is the same with or without it).
+    ``market``: the spot reclaim rates per market (the trace's first line); None is the catalog's.
 
     ``bound``: the lower bound solved over the same entries in the same order (``bound.jobs[i]`` is
     ``submissions[i]``): its total is ``lower_bound_cost`` and its verdicts tell unavoidable misses apart.
@@ -134,7 +137,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         clock = SimClock(subs[0].at)
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
-        providers, clouds = build_sandbox(settings, clock)
+        providers, clouds = build_sandbox(settings, clock, reclaim_factor=(
+            None if market is None or market.is_catalog else market.reclaim_factor))
         ctx = TickContext.build(store, providers, clock, settings, seed=seed, strategy=policy)
         agents = SimAgents(store, providers, settings.cluster, seed=seed,
                            ended_at=lambda prov, cid: clouds[prov].ended_at(cid))
@@ -158,9 +162,10 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             ticks += 1
             if progress is not None:
                 progress(Progress(now, i, len(subs), ticks))
-            if i >= len(subs) and _quiet(store):
-                break
-            nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, store)
+            with store.session(write=False) as s:  # one read transaction for both questions
+                if i >= len(subs) and _quiet(s):
+                    break
+                nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s)
             clock.set(min(max(nxt, now + cadence), end))
         work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
                               currency=settings.report_currency, fx=settings.fx)
@@ -174,18 +179,17 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
     return summary
 
 
-def _quiet(store: Store) -> bool:
-    with store.session(write=False) as s:
-        open_jobs = s.scalar(select(func.count()).select_from(JobRow)
-                             .where(JobRow.state.not_in([x.value for x in JOB_TERMINAL])))
-        live = s.scalar(select(func.count()).select_from(InstanceRow).where(
-            InstanceRow.state.not_in([InstanceRowState.terminated.value, InstanceRowState.stopped.value]),
-            InstanceRow.reserved.is_(False)))
+def _quiet(s: Session) -> bool:
+    open_jobs = s.scalar(select(func.count()).select_from(JobRow)
+                         .where(JobRow.state.not_in([x.value for x in JOB_TERMINAL])))
+    live = s.scalar(select(func.count()).select_from(InstanceRow).where(
+        InstanceRow.state.not_in([InstanceRowState.terminated.value, InstanceRowState.stopped.value]),
+        InstanceRow.reserved.is_(False)))
     return open_jobs == 0 and live == 0
 
 
 def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents,
-                store: Store) -> datetime:
+                s: Session) -> datetime:
     times = [now + MAX_JUMP]
     if next_submission is not None:
         times.append(next_submission)
@@ -196,18 +200,17 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
     t = agents.next_event_after(now)
     if t is not None:
         times.append(t)
-    with store.session(write=False) as s:
-        waiting = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.state == "queued"))
-        requested = s.scalar(select(func.count()).select_from(InstanceRow)
-                             .where(InstanceRow.state == InstanceRowState.requested.value))
-        if waiting or requested:
-            times.append(now + REPLAN)
-        idle = s.execute(select(InstanceRow.idle_since, InstanceRow.idle_stop_minutes).where(
-            InstanceRow.state == InstanceRowState.running.value, InstanceRow.job_id.is_(None),
-            InstanceRow.idle_since.is_not(None))).all()
-        times += [utc(since) + timedelta(minutes=minutes) for since, minutes in idle]
-        stopped = s.scalars(select(InstanceRow.stopped_at).where(
-            InstanceRow.state == InstanceRowState.stopped.value)).all()
+    waiting = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.state == "queued"))
+    requested = s.scalar(select(func.count()).select_from(InstanceRow)
+                         .where(InstanceRow.state == InstanceRowState.requested.value))
+    if waiting or requested:
+        times.append(now + REPLAN)
+    idle = s.execute(select(InstanceRow.idle_since, InstanceRow.idle_stop_minutes).where(
+        InstanceRow.state == InstanceRowState.running.value, InstanceRow.job_id.is_(None),
+        InstanceRow.idle_since.is_not(None))).all()
+    times += [utc(since) + timedelta(minutes=minutes) for since, minutes in idle]
+    stopped = s.scalars(select(InstanceRow.stopped_at).where(
+        InstanceRow.state == InstanceRowState.stopped.value)).all()
     times += [utc(at) + timedelta(hours=24) for at in stopped if at is not None]
     return min(t for t in times if t > now) if any(t > now for t in times) else now + REPLAN
 

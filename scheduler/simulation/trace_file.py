@@ -4,6 +4,9 @@ A trace is what ``gpusched simulate`` replays: each line submits one job at
 ``at``; a relative deadline (``"36h"``) counts from ``at``. Files are ``.jsonl``
 or gzip-compressed ``.jsonl.gz``. Every job is validated as a job file is, and a
 bad line is reported with its line number and every field at fault.
+
+The first line may instead be ``{"market": {"reclaim_scale": {...}}}``: the market the month runs
+in (``market.MarketSpec``, written by ``trace generate --reclaim-scale``); without it, the catalog's.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, ValidationError
 
 from scheduler.errors import JobFileError, UserError
 from scheduler.jobs.jobfile import parse_job, submit_problems
 from scheduler.models import Frozen, JobSpec
+from scheduler.simulation.market import MarketSpec
 
-__all__ = ["TraceEntry", "dump_trace", "entry_json", "load_trace"]
+__all__ = ["TraceEntry", "dump_trace", "entry_json", "load_trace", "load_trace_market"]
 
 
 MAX_TRACE_BYTES = 256 << 20
@@ -47,6 +51,11 @@ def load_trace(path: str | Path) -> list[TraceEntry]:
 
     Raises ``UserError`` (a ``JobFileError`` for a bad job) naming the file and the line.
     """
+    return load_trace_market(path)[0]
+
+
+def load_trace_market(path: str | Path) -> tuple[list[TraceEntry], MarketSpec]:
+    """``load_trace``'s entries and the market of the trace's first line (the catalog's when it has none)."""
     p = Path(path)
     try:
         with (gzip.open(p, "rb") if _is_gzip(p) else p.open("rb")) as f:
@@ -62,11 +71,41 @@ def load_trace(path: str | Path) -> list[TraceEntry]:
         raise UserError(f"{p}: cannot be read ({exc})", fix="a trace is .jsonl or gzip-compressed .jsonl.gz") from None
     except UnicodeDecodeError:
         raise UserError(f"{p}: is not UTF-8 text", fix="a trace is JSON lines in UTF-8") from None
-    entries = []
+    entries: list[TraceEntry] = []
+    market = None
     for n, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            entries.append(_entry(line, f"{p}: line {n}"))
-    return entries
+        if not line.strip():
+            continue
+        if market is None and not entries and _is_market(line):
+            market = _market(line, f"{p}: line {n}")
+            continue
+        entries.append(_entry(line, f"{p}: line {n}"))
+    return entries, market or MarketSpec()
+
+
+_MARKET_FIX = 'the first line may be {"market": {"reclaim_scale": {"aws": 2.0, "*": 1.0}}}'
+
+
+def _is_market(line: str) -> bool:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError:
+        return False  # _entry reports it
+    return isinstance(doc, dict) and "market" in doc
+
+
+def _market(line: str, where: str) -> MarketSpec:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not JSON ({exc.msg} at column {exc.colno})", fix=_MARKET_FIX) from None
+    if not isinstance(doc, dict) or set(doc) != {"market"}:
+        raise UserError(f"{where}: a market line has the one key 'market'", fix=_MARKET_FIX)
+    try:
+        return MarketSpec.model_validate(doc["market"])
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'market'}: {e['msg']}" for e in exc.errors())
+        raise UserError(f"{where}: market: {problems}", fix=_MARKET_FIX) from None
 
 
 _LINE_FIX = 'each line is {"at": "2026-11-02T09:00:00+08:00", "job": {...job.yaml as JSON...}}'
@@ -112,13 +151,16 @@ def entry_json(entry: TraceEntry) -> str:
     return json.dumps({"at": entry.at.isoformat(), "job": job}, separators=(",", ":"), ensure_ascii=False)
 
 
-def dump_trace(entries: Iterable[TraceEntry], path: str | Path) -> None:
+def dump_trace(entries: Iterable[TraceEntry], path: str | Path, market: MarketSpec | None = None) -> None:
     """Write ``entries`` as JSON lines; gzip-compressed when ``path`` ends in ``.gz``.
 
-    The gzip header carries no time or name, so the same entries give the same bytes.
+    A ``market`` other than the catalog's goes first, on its own line. The gzip header carries no
+    time or name, so the same entries give the same bytes.
     """
     p = Path(path)
-    data = "".join(entry_json(e) + "\n" for e in entries).encode("utf-8")
+    head = "" if market is None or market.is_catalog else (
+        json.dumps({"market": market.model_dump(mode="json")}, separators=(",", ":"), sort_keys=True) + "\n")
+    data = (head + "".join(entry_json(e) + "\n" for e in entries)).encode("utf-8")
     if _is_gzip(p):
         buf = io.BytesIO()
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:

@@ -17,7 +17,8 @@ work), and heavy nightly inference (50,000-400,000 images due in 10 h). ``FAMILI
 them; BENCHMARKS.md keeps the (family, seed) pairs held out from tuning.
 
 Run ``python -m scheduler.simulation.traces --seed 1 --month 2026-11 --jobs 400 --out FILE``
-to write one (``--teams``, ``--scale``, ``--family``: see ``main``).
+to write one (``--teams``, ``--scale``, ``--family``, ``--reclaim-scale``: see ``main``). The jobs do
+not depend on ``--reclaim-scale``: it only writes the market (``market.MarketSpec``) into the trace.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from scheduler.models import JobSpec, Kind, Offer
 from scheduler.money import CURRENCIES, FxRates
 from scheduler.planner.allowed import OfferFilter
 from scheduler.simulation.lower_bound_options import PricedCatalog
+from scheduler.simulation.market import MarketSpec, parse_reclaim_scale
 from scheduler.simulation.trace_file import TraceEntry, dump_trace
 
 __all__ = ["FAMILIES", "Family", "expected_jobs", "generate_month", "main", "scale_for_jobs"]
@@ -550,17 +552,22 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[int, int], None]
     size.add_argument("--jobs", type=int, help="about this many jobs (sets the scale)")
     size.add_argument("--scale", type=float, help="stream multiplier; 1.0 is about 400 jobs for 3 teams")
     parser.add_argument("--family", default="standard", help="kind of month: " + ", ".join(FAMILIES))
+    parser.add_argument("--reclaim-scale", default=None,
+                        help='the market: factors on the catalog\'s spot reclaim rates, "2" or '
+                        '"aws=2,alibaba/cn-hangzhou=0.5" (written into the trace; simulate uses them)')
     parser.add_argument("--out", required=True, help="a .jsonl file, or .jsonl.gz for gzip")
     args = parser.parse_args(argv)
     try:
         fam = family(args.family)
         scale = args.scale if args.scale is not None else (
             scale_for_jobs(args.jobs, args.teams, args.month, fam) if args.jobs is not None else 1.0)
+        market = parse_reclaim_scale(args.reclaim_scale) if args.reclaim_scale is not None else MarketSpec()
         entries = generate_month(args.seed, args.month, args.teams, scale, fam=fam, progress=progress)
-        dump_trace(entries, args.out)
+        dump_trace(entries, args.out, market)
     except UserError as exc:
         parser.exit(2, f"error: {exc.message}" + (f"; fix: {exc.fix}" if exc.fix else "") + "\n")
-    print(f"wrote {len(entries)} jobs ({args.teams} teams, scale {scale}, family {fam.name}) to {args.out}")
+    print(f"wrote {len(entries)} jobs ({args.teams} teams, scale {scale}, family {fam.name}; "
+          f"{market.describe()}) to {args.out}")
     return 0
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -161,6 +162,10 @@ class UsageIntervalRow(Base):
     """A span during which one instance billed, busy with one job or idle."""
 
     __tablename__ = "usage_intervals"
+    # ``ledger.account`` asks every tick for the closed intervals not yet accounted: a handful, found by
+    # this index instead of a scan of every interval the store ever kept (migration 0013).
+    __table_args__ = (Index("ix_usage_intervals_unaccounted", "end", sqlite_where=text("accounted IS 0"),
+                            postgresql_where=text("accounted IS false")),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)

@@ -60,8 +60,10 @@ def test_a_training_attempt_stages_its_inputs_checkpoints_every_epoch_and_upload
     assert data_yaml["path"] == str((m.workdir / "data").resolve()) and data_yaml["train"] == "images/train"
     assert (m.workdir / "weights" / "yolov9-s.pt").read_bytes() == \
         m.bucket.objects["s3://vision-qa-models/pretrained/yolov9-s.pt"]
-    # A checkpoint per epoch, reported only once the uploaded last.pt held it; the final one at the end.
-    assert seen[:-1] == [(e + 1, e) for e in range(len(seen) - 1)] and seen[-1] == (3, FINAL)
+    # A checkpoint per epoch, reported only once the uploaded last.pt held it. The last report's file is the
+    # stripped final one, or (when the agent's poll came between YOLOv9 writing epoch 3 and stripping it, as on
+    # a loaded machine) epoch 3's own: both let a resume skip every finished epoch.
+    assert seen[:-1] == [(e + 1, e) for e in range(len(seen) - 1)] and seen[-1] in ((3, FINAL), (3, 2))
     uploads = [uri for op, uri in m.bucket.calls if op == "upload"]
     assert uploads.index(PREFIX + "opt.yaml") < uploads.index(PREFIX + "weights/last.pt")  # a resume needs both
     # The outputs, last.pt last.

@@ -3,18 +3,21 @@
 Each harness starts its own ``HuaweiEcsEmulator`` on 127.0.0.1 (port 0) over a fresh
 SandboxCloud on a SimClock, and a ``HuaweiProvider`` whose SDK clients point at it. The
 cloud's catalog is the bundled catalog's Huawei rows for two markets, with no random
-reclaims (the tests reclaim on purpose).
+reclaims (the tests reclaim on purpose). A ``faults`` plan (``providers.emulators.faults``)
+makes the emulator fail calls as it deals them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from pydantic import SecretStr
 
 from providers.base import Instance, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
+from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity, Offer, Stock
@@ -68,14 +71,16 @@ def local_client_factory(config: HuaweiConfig) -> ClientFactory:
 class HuaweiHarness:
     """One emulator, one sandbox cloud and one HuaweiProvider per test."""
 
-    def __init__(self, *, catalog: tuple[Offer, ...] | None = None, **config_overrides: object) -> None:
+    def __init__(self, *, catalog: tuple[Offer, ...] | None = None, emulator: Mapping[str, Any] | None = None,
+                 **config_overrides: object) -> None:
         self.clock = SimClock(START)
         self.cloud = SandboxCloud(
             self.clock, catalog if catalog is not None else contract_catalog(), seed=11,
             forget_terminated_seconds=3600, id_prefix="hw",
         )
+        # ``emulator``: options of the ECS emulator itself (faults).
         self.emulator = HuaweiEcsEmulator(self.cloud, self.clock, {ACCESS_KEY: SECRET_KEY},
-                                          {p: r for r, p in PROJECTS.items()}, seed=11)
+                                          {p: r for r, p in PROJECTS.items()}, seed=11, **dict(emulator or {}))
         self.config = self.make_config(**config_overrides)
         self.provider: HuaweiProvider = self.build(self.config)
         self.currency = "CNY"
@@ -119,14 +124,20 @@ class HuaweiHarness:
     def provider_with_wrong_secret(self) -> Provider | None:
         return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
 
+    def machines(self) -> list[tuple[Mapping[str, str], str]]:
+        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
+
+    def faults_dealt(self) -> dict[str, int]:
+        return dict(self.emulator.faults.drawn)
+
     def close(self) -> None:
         self.emulator.close()
 
 
-def _huawei() -> HuaweiHarness:
+def _huawei(faults: FaultPlan | None = None) -> HuaweiHarness:
     if _SDK_MISSING is not None:
         missing(f"the Huawei SDK is not installed ({_SDK_MISSING}); pip install '.[huawei]' (from the checkout)")
-    return HuaweiHarness()
+    return HuaweiHarness() if faults is None else HuaweiHarness(emulator={"faults": faults})
 
 
-HARNESSES: dict[str, Callable[[], HuaweiHarness]] = {"huawei": _huawei}
+HARNESSES: dict[str, Callable[..., HuaweiHarness]] = {"huawei": _huawei}

@@ -7,6 +7,7 @@ so every expectation follows from the priors instead of hard-coded hours.
 from __future__ import annotations
 
 import math
+import random
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -313,6 +314,25 @@ def test_rates_memo_reads_again_only_after_a_new_sample(store: Store) -> None:
         again = memo.get(s)
     assert first[("yolov9-s", "A10G", 640)] == 60.0
     assert again[("yolov9-s", "A10G", 640)] == 90.0
+
+
+def test_rates_memo_folding_in_new_samples_gives_what_reading_every_sample_gives(store: Store) -> None:
+    # The memo reads only the samples added since its last look (SQLite); after every batch of random
+    # samples (keys that pass the 20-sample window, ties on the time, samples that arrive older than
+    # the newest) it must say exactly what measured_rates says from all of them.
+    rng = random.Random(7)
+    memo = RatesMemo()
+    keys = [("yolov9-s", "A10G", 640), ("yolov9-s", "T4", 640), ("yolov9-c", "A10G", 1280), ("gelan-c", "L4", 640)]
+    for batch in range(12):
+        with store.session() as s:
+            for _ in range(rng.choice((0, 1, 3, 9, 25))):
+                model, gpu, img_size = rng.choice(keys)
+                at = T0 + timedelta(minutes=rng.choice((0, 5, 5, 30)) + batch * rng.choice((0, 10, 10)))
+                add_sample(s, round(rng.uniform(20, 200), rng.choice((0, 3))), at, model=model, gpu=gpu,
+                           img_size=img_size)
+        with store.session() as s:
+            assert memo.get(s) == measured_rates(s), f"batch {batch}"
+    assert len(memo.get(s)) >= 3
 
 
 def test_rates_memo_looks_at_most_once_per_refresh_when_given_the_time(store: Store) -> None:

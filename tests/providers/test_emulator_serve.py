@@ -1,4 +1,4 @@
-"""``python -m providers.emulators.serve``: its fault switch, from flags or the environment."""
+"""``python -m providers.emulators.serve``: its fault switch, from flags or the environment, reaching every emulator."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ pytest.importorskip("aliyunsdkcore", reason="the emulators need the cloud SDKs: 
 pytest.importorskip("tencentcloud.cvm.v20170312", reason="the emulators need the cloud SDKs: pip install '.[clouds]'")
 
 from providers.emulators.faults import FAULT_KINDS, FaultPlan  # noqa: E402
-from providers.emulators.serve import parse_args  # noqa: E402
+from providers.emulators.serve import parse_args, start_emulators  # noqa: E402
 
 
 def test_no_flag_and_no_variable_means_no_faults() -> None:
@@ -72,3 +72,17 @@ def test_a_plan_for_some_actions_leaves_the_others_alone() -> None:
     assert [dice.draw("DescribeInstances") for _ in range(5)] == [None] * 5
     assert dice.draw("RunInstances") == "lost"
     assert dice.drawn == {"lost": 1}
+
+
+def test_every_emulator_it_starts_fails_calls_as_the_plan_deals() -> None:
+    args = parse_args(["--alibaba-port", "0", "--tencent-port", "0", "--huawei-port", "0",
+                       "--fault-rate", "0.2", "--fault-seed", "5", "--fault-kinds", "lost"], {})
+    emulators = start_emulators(args)
+    try:
+        plans = {type(e).__name__: e.faults.plan for e in emulators}
+    finally:
+        for emulator in emulators:
+            emulator.close()
+
+    assert set(plans) == {"AlibabaEcsEmulator", "TencentCvmEmulator", "HuaweiEcsEmulator"}
+    assert all(plan == FaultPlan(rate=0.2, seed=5, kinds=("lost",)) for plan in plans.values()), plans

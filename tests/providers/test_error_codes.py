@@ -3,7 +3,8 @@
 The tables are ``providers/<cloud>/error_codes.py``; docs/error-codes.md is written from them
 (``scripts/error-codes``) and must match them. Each code is sent over HTTP by the cloud's emulator (or,
 for AWS, by the wire in front of moto) and must reach the caller as its table's class; the classes
-must also agree with what the codes' names say (sold out, quota, balance, throttling ...).
+must also agree with what the codes' names say (sold out, quota, balance, throttling ...), or, for
+Huawei's numbered codes, with what Huawei's reference says each one means.
 """
 
 from __future__ import annotations
@@ -24,16 +25,21 @@ from providers.base import (
     BillingStopped,
     InstanceRef,
     InstanceRequest,
+    InvalidRequest,
     NoCapacity,
     NotFound,
     ProviderError,
+    ProviderUnavailable,
     QuotaExceeded,
+    ResourceBusy,
     Throttled,
 )
+from providers.huawei import error_codes as huawei_codes
 from providers.tencent import error_codes as tencent_codes
 from scheduler.models import Capacity
 
-TABLES: dict[str, ModuleType] = {"alibaba": alibaba_codes, "tencent": tencent_codes, "aws": aws_codes}
+TABLES: dict[str, ModuleType] = {"alibaba": alibaba_codes, "tencent": tencent_codes, "aws": aws_codes,
+                                  "huawei": huawei_codes}
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "error-codes.md"
 
 
@@ -91,6 +97,46 @@ def test_each_code_is_the_class_its_name_says(cloud: str) -> None:
     assert wrong == []
 
 
+# What Huawei's references say a numbered code means, written from them independently of the table's sets.
+_HUAWEI_SAYS: dict[str, type[ProviderError]] = {
+    "Ecs.0018": NoCapacity,  # the flavor has been sold out
+    "Ecs.0019": NoCapacity,  # the flavor has been taken off sale
+    "Ecs.0044": NoCapacity,  # the disk type has been sold out
+    "Ecs.0319": NoCapacity,  # insufficient resources for this flavor
+    "Ecs.0703": NoCapacity,  # the bid is under the spot price
+    "Ecs.0001": QuotaExceeded,  # the ECS quota
+    "Ecs.0021": QuotaExceeded,  # the EVS disk quota
+    "Ecs.0067": BillingStopped,  # insufficient account balance
+    "Ecs.0070": BillingStopped,  # the enterprise department's budget is used up
+    "APIGW.0502": BillingStopped,  # frozen: the balance is insufficient
+    "APIGW.0308": Throttled,  # the throttling threshold has been reached
+    "Common.0024": Throttled,  # flow control
+    "Common.1503": Throttled,  # API flow control
+    "Ecs.0603": ResourceBusy,  # another command is running: retry in a minute
+    "APIGW.0301": AuthFailed,  # incorrect IAM authentication information
+    "APIGW.0302": AuthFailed,  # the IAM user may not call the API
+    "Pdp.0001": AuthFailed,  # the policy does not allow it
+    "Ecs.0066": AuthFailed,  # real-name authentication not completed
+    "Ecs.0114": NotFound,  # the ECS does not exist
+    "Common.0001": ProviderUnavailable,  # a system exception
+    "Ecs.1002": ProviderUnavailable,  # OpenStack timed out
+    "APIGW.0613": ProviderUnavailable,  # IAM is unavailable
+    "Ecs.0029": InvalidRequest,  # the flavor does not exist
+    "Ecs.0031": InvalidRequest,  # the image does not exist
+    "Ecs.0005": InvalidRequest,  # invalid parameters
+}
+
+
+def test_huaweis_codes_are_the_class_its_reference_says() -> None:
+    assert {code: huawei_codes.documented_class(code) for code in _HUAWEI_SAYS} == _HUAWEI_SAYS
+
+
+def test_huaweis_gateway_backend_failures_are_unavailable_and_its_bad_requests_are_not() -> None:
+    assert huawei_codes.classify("APIGW.0201", 502) is ProviderUnavailable
+    assert huawei_codes.classify("APIGW.0201", 504) is ProviderUnavailable
+    assert huawei_codes.classify("APIGW.0201", 400) is InvalidRequest
+
+
 # --- each code through the SDK's own exception ---------------------------------------------------
 
 
@@ -128,6 +174,18 @@ def test_aws_client_errors_translate_to_the_tables_class(code: str) -> None:
                             region="us-east-1")
 
     assert type(error) is aws_codes.documented_class(code)
+    assert (error.code, error.request_id) == (code, "R")
+
+
+@pytest.mark.parametrize("code", huawei_codes.all_codes())
+def test_huawei_sdk_errors_translate_to_the_tables_class(code: str) -> None:
+    sdk = pytest.importorskip("huaweicloudsdkcore.exceptions.exceptions")
+    from providers.huawei.errors import translate_error
+
+    error = translate_error(sdk.ClientRequestException(400, sdk.SdkError("R", code, "msg")),
+                            action="create_post_paid_servers", region="cn-north-4")
+
+    assert type(error) is huawei_codes.documented_class(code)
     assert (error.code, error.request_id) == (code, "R")
 
 
@@ -240,4 +298,82 @@ def test_aws_launch_refusals_over_http(aws, code: str) -> None:  # type: ignore[
                                             client_token=f"codes-{code}"[:64], tags={TAG_MANAGED: aws.cluster}))
 
     assert type(caught.value) is aws_codes.documented_class(code)
+    assert caught.value.code == code
+
+
+@pytest.fixture(scope="module")
+def huawei() -> Iterator[object]:
+    pytest.importorskip("huaweicloudsdkecs.v2", reason="the Huawei SDK is optional: pip install '.[huawei]'")
+    from tests.contract.harness_huawei import HuaweiHarness
+
+    made = HuaweiHarness()
+    yield made
+    made.close()
+
+
+def _huawei_status(code: str) -> int:
+    """The HTTP status Huawei answers ``code`` with, near enough: its class's usual one, 202 for flow control."""
+    if code == "Common.0024":
+        return 202  # as documented; the SDK takes it for a success and the adapter reads the body
+    cls = huawei_codes.documented_class(code)
+    return {Throttled: 429, AuthFailed: 403, NotFound: 404, ProviderUnavailable: 500}.get(cls, 400)
+
+
+def _huawei_request(huawei, purpose: str) -> InstanceRequest:  # type: ignore[no-untyped-def]
+    offer = next(o for o in huawei.cloud.offers(["cn-north-4"]) if o.zone == "cn-north-4a")
+    return InstanceRequest(offer=offer, capacity=Capacity.on_demand, client_token=f"codes-{purpose}"[:64],
+                           tags={TAG_MANAGED: "codes"}, name="codes")
+
+
+@pytest.mark.parametrize("code", documented(huawei_codes, "CreatePostPaidServers"))
+def test_huawei_launch_refusals_over_http(huawei, code: str) -> None:  # type: ignore[no-untyped-def]
+    huawei.emulator.script_error("CreatePostPaidServers", _huawei_status(code), code, "documented refusal",
+                                 gateway=code.startswith("APIGW."))
+
+    with pytest.raises(ProviderError) as caught:
+        huawei.provider.launch(_huawei_request(huawei, code))
+
+    assert type(caught.value) is huawei_codes.classify(code, _huawei_status(code))
+    assert caught.value.code == code
+
+
+@pytest.mark.parametrize("code", sorted(huawei_codes.DOCUMENTED["CreatePostPaidServers"]))
+def test_huawei_create_jobs_that_fail_are_refusals_over_http(huawei, code: str) -> None:  # type: ignore[no-untyped-def]
+    huawei.emulator.fail_next_jobs(code, "documented failure")
+    before = len(huawei.cloud.all_instances())
+
+    with pytest.raises(ProviderError) as caught:
+        huawei.provider.launch(_huawei_request(huawei, f"job-{code}"))
+
+    table = huawei_codes.documented_class(code)
+    refusals = (NoCapacity, QuotaExceeded, BillingStopped, InvalidRequest)
+    assert type(caught.value) is (table if table in refusals else NoCapacity)
+    assert not caught.value.retryable and caught.value.code == code
+    assert len(huawei.cloud.all_instances()) == before  # the failed create made nothing
+
+
+@pytest.mark.parametrize("code", documented(huawei_codes, "DeleteServers"))
+def test_huawei_terminate_answers_over_http(huawei, code: str) -> None:  # type: ignore[no-untyped-def]
+    launched = huawei.provider.launch(_huawei_request(huawei, f"del-{code}"))
+    status = _huawei_status(code)
+    huawei.emulator.script_error("DeleteServers", status, code, "documented answer", gateway=code.startswith("APIGW."))
+    expected = huawei_codes.classify(code, status)
+
+    if expected is NotFound:
+        huawei.provider.terminate(launched.ref)  # already gone: success
+    else:
+        with pytest.raises(expected):
+            huawei.provider.terminate(launched.ref)
+
+
+@pytest.mark.parametrize("code", documented(huawei_codes, "ListServersDetails"))
+def test_huawei_listing_failures_over_http(huawei, code: str) -> None:  # type: ignore[no-untyped-def]
+    status = _huawei_status(code)
+    huawei.emulator.script_error("ListServersDetails", status, code, "documented refusal",
+                                 gateway=code.startswith("APIGW."))
+
+    with pytest.raises(ProviderError) as caught:
+        huawei.provider.instances({TAG_MANAGED: "codes"}, ["cn-north-4"])
+
+    assert type(caught.value) is huawei_codes.classify(code, status)
     assert caught.value.code == code

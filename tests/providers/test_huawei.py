@@ -51,9 +51,10 @@ from providers.base import (
     Throttled,
 )
 from providers.emulators.huawei_ecs import HuaweiEcsEmulator, canonical_request, sign, string_to_sign
+from providers.huawei import error_codes
 from providers.huawei.adapter import HuaweiProvider, from_config
 from providers.huawei.config import HuaweiConfig
-from providers.huawei.errors import CODES, classify, translate_error
+from providers.huawei.errors import FIXES, classify, translate_error
 from providers.huawei.wire import PREEMPT_REASON, TAG_INTENT, intent_id, post_paid_server
 from providers.registry import build_live
 from scheduler.clock import SimClock, SystemClock
@@ -520,14 +521,15 @@ def test_a_flavor_without_a_spot_status_is_not_sold_as_spot() -> None:
 # --- errors ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("code", "kind"), sorted(((c, k) for c, (k, _) in CODES.items()), key=lambda x: x[0]))
-def test_every_vendor_code_in_the_table_maps_to_its_class(code: str, kind: type[ProviderError]) -> None:
+@pytest.mark.parametrize("code", sorted(FIXES))
+def test_every_fix_belongs_to_a_code_of_the_table_and_rides_on_its_error(code: str) -> None:
     status = 401 if code.startswith("APIGW.03") else 400
     error = translate_error(ClientRequestException(status, SdkError("req-9", code, "vendor says no")),
                             action="create_post_paid_servers", region=NORTH)
 
-    assert type(error) is kind
-    assert (error.provider, error.code, error.request_id) == ("huawei", code, "req-9")
+    assert code in error_codes.all_codes()
+    assert type(error) is error_codes.documented_class(code)
+    assert (error.provider, error.code, error.request_id, error.fix) == ("huawei", code, "req-9", FIXES[code])
     assert "create_post_paid_servers" in error.message and NORTH in error.message
 
 
@@ -621,6 +623,19 @@ def test_the_registry_builds_the_huawei_adapter_from_settings(h: HuaweiHarness,
 
     assert isinstance(providers["huawei"], HuaweiProvider)
     assert providers["huawei"].instances({TAG_MANAGED: "contract"}) == []
+
+
+def test_a_local_endpoint_is_reached_directly_whatever_the_proxy_variables_say(
+        h: HuaweiHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    provider = from_config(h.config, h.clock)  # the production client factory, not the harness's
+
+    assert provider.instances({TAG_MANAGED: "contract"}) == []
+    assert h.emulator.calls_of("ListServersDetails")
 
 
 def test_from_config_uses_the_bundled_catalogs_huawei_rows(h: HuaweiHarness) -> None:

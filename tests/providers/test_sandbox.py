@@ -355,6 +355,25 @@ def test_spot_drift_is_daily_bounded_seeded_and_below_on_demand() -> None:
     assert days[0] == spot_prices(twin)
 
 
+def test_an_offer_that_did_not_change_is_listed_as_the_same_object() -> None:
+    # The tick keeps the planner's grouping of the offers while they are the same objects
+    # (planner.book.Market), so an unchanged offer must come back as itself, and a changed one must not.
+    clock, cloud = make(seed=2, spot_price_drift=True)
+    provider = SandboxProvider(cloud, name="alibaba")
+    first, again = provider.offers(), provider.offers()
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True] * len(first)
+    cloud.sell_out(T4, SPOT)
+    sold = provider.offers()
+    changed = [i for i, (a, b) in enumerate(zip(first, sold, strict=True)) if a is not b]
+    assert [market_key(sold[i]) for i in changed] == [market_key(T4)]
+    assert sold[changed[0]].spot_stock is Stock.sold_out and sold[changed[0]].provider == "alibaba"
+    clock.advance(timedelta(days=1))  # a new day's spot prices: every offer with a spot price is new
+    tomorrow = provider.offers()
+    assert all((a is b) == (a.spot is None) for a, b in zip(sold, tomorrow, strict=True))
+    assert [o.model_dump() for o in tomorrow] == [o.model_copy(update={"provider": "alibaba"}).model_dump()
+                                                   for o in cloud.offers()]
+
+
 def test_max_price_below_the_spot_price_is_no_capacity() -> None:
     _, cloud = make()
     with pytest.raises(NoCapacity) as caught:

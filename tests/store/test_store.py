@@ -17,7 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from scheduler.errors import SettingsError
 from scheduler.store.database import Store, add_event, advisory_lock, lock_key, new_id
-from scheduler.store.tables import AttemptRow, Base, EventRow, JobRow
+from scheduler.store.tables import AttemptRow, Base, EventRow, JobRow, UsageIntervalRow
 
 T0 = datetime(2026, 11, 30, 23, 0, tzinfo=timezone.utc)
 BEIJING = timezone(timedelta(hours=8))
@@ -176,7 +176,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0012"
+    assert any_store.head() == "0013"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
@@ -338,3 +338,14 @@ def test_budget_alerts_sent_before_0011_stay_the_teams_and_a_downgrade_keeps_the
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT team, threshold_pct FROM budget_alerts")).all() == [("vision", 50)]
     store.dispose()
+def test_the_ledgers_search_for_unaccounted_intervals_uses_their_index(store: Store) -> None:
+    # ledger.account runs every tick; without the partial index (migration 0013) SQLite scans every
+    # interval the store ever kept.
+    now = datetime(2026, 11, 5, tzinfo=timezone.utc)
+    stmt = (select(UsageIntervalRow.id)
+            .where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.end.is_not(None),
+                   UsageIntervalRow.end <= now))
+    compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
+    with store.engine.connect() as conn:
+        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    assert "ix_usage_intervals_unaccounted" in plan, plan
