@@ -54,14 +54,26 @@ class SimClock:
 
 
 class ScaledClock:
-    """Real time sped up ``factor`` times from ``start``: lets a sandbox daemon show hours in minutes."""
+    """Real time sped up ``factor`` times from ``start``: lets a sandbox daemon show hours in minutes.
 
-    def __init__(self, factor: float, start: datetime | None = None) -> None:
+    ``epoch`` anchors the clock instead: it reads ``epoch + (real now - epoch) * factor``, so every
+    process given the same epoch (the emulators, a daemon, that daemon restarted after a crash) reads
+    the same time, and a restart does not send the clock back to the real time of day.
+    """
+
+    def __init__(self, factor: float, start: datetime | None = None, *, epoch: datetime | None = None) -> None:
         if factor <= 0:
             raise ValueError("factor must be positive")
+        if start is not None and epoch is not None:
+            raise ValueError("give a start or an epoch, not both")
+        if epoch is not None and epoch.tzinfo is None:
+            raise ValueError("the epoch needs a timezone")
         self.factor = factor
         self._t0 = time.monotonic()
-        self._start = (start or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        real = datetime.now(timezone.utc)
+        if epoch is not None:
+            start = epoch + (real - epoch) * factor
+        self._start = (start or real).astimezone(timezone.utc)
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self.factor)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -120,6 +121,10 @@ class Settings(BaseSettings):
     sandbox_seed: int = 7
     # >1 runs the sandbox daemon faster than real time
     sandbox_speedup: float = Field(default=1.0, gt=0, le=MAX_SPEEDUP, allow_inf_nan=False)
+    # Where that sped-up clock is anchored (an ISO time with a UTC offset): it reads
+    # epoch + (real now - epoch) * speedup, the same in the emulators and in a daemon restarted after a
+    # crash. Empty: the daemon's start (a restart begins again from the real time of day).
+    sandbox_epoch: datetime | None = None
 
     # --- logging
     log_format: Literal["json", "console"] = "console"
@@ -139,6 +144,18 @@ class Settings(BaseSettings):
         if isinstance(v, str) and not v.strip():
             raise ValueError("is empty; choose one: live (your cloud accounts: real machines, real bills) or "
                              "sandbox (simulated clouds: no machine starts, no job really runs)")
+        return v
+
+    @field_validator("sandbox_epoch", mode="before")
+    @classmethod
+    def _no_empty_epoch(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("sandbox_epoch")
+    @classmethod
+    def _aware_epoch(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is None:
+            raise ValueError("needs a UTC offset, e.g. 2026-12-01T00:00:00+00:00")
         return v
 
     @field_validator("smtp_url", mode="before")

@@ -5,7 +5,7 @@
 It prints the settings that point a daemon (backend=live) at them. The market behind
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
 daemon started with the same GPUSCHED_SANDBOX_SPEEDUP sees boots and jobs at the
-same pace. Ctrl-C stops it.
+same pace, and with the same GPUSCHED_SANDBOX_EPOCH the same time. Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from datetime import datetime, timezone
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
@@ -30,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--speedup", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
-    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup)
+    # A daemon given the same epoch (printed below) reads the same time, and so does one restarted later.
+    epoch = datetime.now(timezone.utc)
+    clock = SystemClock() if args.speedup == 1 else ScaledClock(args.speedup, epoch=epoch)
     catalog = load_catalog()
     ali = AlibabaEcsEmulator(SandboxCloud(clock, filter_offers(catalog, providers=["alibaba"]), seed=args.seed),
                              {KEY_ID: SECRET}, port=args.alibaba_port)
@@ -41,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     print("GPUSCHED_PROVIDERS=alibaba,tencent")
     print("GPUSCHED_SIM_AGENTS=true")
     print(f"GPUSCHED_SANDBOX_SPEEDUP={args.speedup:g}")
+    print(f"GPUSCHED_SANDBOX_EPOCH={epoch.isoformat()}")
     print(f"GPUSCHED_ALIBABA_ENDPOINT={ali.endpoint}")
     print("GPUSCHED_ALIBABA_PROTOCOL=http")
     print(f"GPUSCHED_ALIBABA_ACCESS_KEY_ID={KEY_ID}")

@@ -31,7 +31,8 @@ def run_daemon(settings: Settings) -> None:
 
     if settings.api_token is None:
         raise UserError("the daemon needs an API token", fix="set GPUSCHED_API_TOKEN (e.g. `openssl rand -hex 24`)")
-    clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else ScaledClock(settings.sandbox_speedup)
+    clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else \
+        ScaledClock(settings.sandbox_speedup, epoch=settings.sandbox_epoch)
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
     providers = build_providers(settings, clock)
