@@ -128,6 +128,17 @@ def _reconcile_seen(
         set_instance(row, I.pending)
         open_billing(s, row, now)
         return
+    idle = row.job_id is None and state in (I.running, I.stopped)
+    if idle and (cloud.state is InstanceState.terminating
+                 or (cloud.state is InstanceState.stopping and state is I.running)):
+        # A stop or terminate sent just before a crash, its answer never stored: the machine is on its way
+        # out, and must not be handed to the next job as a warm one (it would be lost under that job).
+        leaving = I.stopping if cloud.state is InstanceState.stopping else I.terminating
+        set_instance(row, leaving)
+        ledger.close_interval(s, row.id, now)
+        add_event(s, now, "instance_leaving", f"the cloud is {cloud.state.value} it (a {leaving.value} "
+                  "whose answer was not recorded)", instance_id=row.id)
+        return
     if cloud.state is InstanceState.stopped and state in (I.stopping, I.running, I.pending):
         set_instance(row, I.stopped)
         row.stopped_at = now
