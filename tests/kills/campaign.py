@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
+from providers.base import TAG_MANAGED
 from scheduler.store.database import Store
 from scheduler.store.tables import AttemptRow, EventRow, InstanceRow, JobRow
 from tests.kills.daemon import Daemon, Mode
@@ -158,12 +159,16 @@ class Campaign:
         self.trap = Trap(self._kill_from_proxy)
         self.world = World(speedup=plan.speedup, epoch=datetime.now(timezone.utc), seed=plan.seed, trap=self.trap,
                            fault_share=plan.fault_share)
-        plan.folder.mkdir(parents=True, exist_ok=True)
-        self.db_url = plan.database_url or f"sqlite:///{plan.folder / 'data' / 'gpusched.db'}"
-        self.store = Store(self.db_url)
-        self.store.migrate()
-        self.port = free_port()
-        self.daemon = Daemon(plan.folder, self._env(), mode=plan.mode, plant=plan.plant)
+        try:
+            plan.folder.mkdir(parents=True, exist_ok=True)
+            self.db_url = plan.database_url or f"sqlite:///{plan.folder / 'data' / 'gpusched.db'}"
+            self.store = Store(self.db_url)
+            self.store.migrate()
+            self.port = free_port()
+            self.daemon = Daemon(plan.folder, self._env(), mode=plan.mode, plant=plan.plant)
+        except BaseException:
+            self.world.close()
+            raise
         self.api = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30,
                                 headers={"Authorization": f"Bearer {TOKEN}"})
         self.kills: list[Kill] = []
@@ -240,7 +245,7 @@ class Campaign:
 
     def _machines_up(self) -> bool:
         return any(i.state not in GONE for i in self.world.instances()
-                   if i.tags.get("gpusched:cluster") == self.world.cluster and not i.client_token.startswith("planted"))
+                   if i.tags.get(TAG_MANAGED) == self.world.cluster and not i.client_token.startswith("planted"))
 
     def _draw(self, n: int) -> str:
         if n <= len(self.plan.schedule):

@@ -41,7 +41,15 @@ def describe(out: Outcome, label: str) -> list[str]:
         f"lost {len(f.lost)}, stuck {len(f.stuck)}, failed without reason {len(f.unexplained)}, "
         f"foreign touched {len(f.foreign_touched)}, orphans left {len(f.orphans_left)}, "
         f"rows astray {len(f.rows_astray)}; billed {out.billed_hours:.2f} h",
+        f"{label}: a daemon life served its API {_spread(out.serving_after)} after its start ({out.plan.mode} mode)",
     ]
+
+
+def _spread(seconds: list[float]) -> str:
+    if not seconds:
+        return "(never asked)"
+    ordered = sorted(seconds)
+    return f"{ordered[len(ordered) // 2]:.2f} s (median; max {ordered[-1]:.2f} s, {len(ordered)} lives)"
 
 
 def _states(out: Outcome) -> str:
@@ -102,15 +110,17 @@ def test_the_daemon_was_killed_at_every_point_that_matters(sqlite_campaign: Outc
 
 def test_the_recovery_paths_that_matter_ran(sqlite_campaign: Outcome) -> None:
     """Kills after the cloud made an instance end in a re-sent launch the cloud answers from its token (the
-    listing shows a new instance 90 s late) or in reconcile finding it by its tags; the sweep terminates
-    every planted orphan."""
+    listing shows a new instance 90 s late) or in reconcile finding it by its tags; the orphan sweep runs
+    (that every planted orphan ended is checked on the clouds' side; a kill right after the sweep's
+    terminate can take that one's event with it)."""
     out = sqlite_campaign
     events = out.store.events
     after = out.kills_by_kind()["launch_after"]
     assert _deduped(out) + events.get("instance_found", 0) >= min(after, 1), (after, events)
     if KILLS >= 40:
         assert _deduped(out) >= 1, events
-    assert events.get("orphan_terminated", 0) >= out.orphans_planted, events
+    assert events.get("orphan_terminated", 0) >= 1, events
+    assert out.findings.orphans_left == []
 
 
 def test_the_daemon_drained_and_stopped_cleanly_after_the_last_kill(sqlite_campaign: Outcome) -> None:
