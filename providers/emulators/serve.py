@@ -7,8 +7,9 @@
 It prints the settings that point a daemon (backend=live) at them. The market behind
 them is the sandbox cloud on a clock running ``--speedup`` times real time, so a
 daemon started with the same GPUSCHED_SANDBOX_SPEEDUP sees boots and jobs at the
-same pace; give it and the daemons the same ``--clock-start`` / GPUSCHED_SANDBOX_CLOCK_START (an ISO
-time with its offset) and they read the same time too. ``--fault-rate`` makes all three emulators fail
+same pace; they read from GPUSCHED_SANDBOX_CLOCK_START (``--clock-start``, an ISO time with its offset;
+by default the moment they start, printed below), and daemons given the same one read the same time, a
+daemon restarted after a crash included. ``--fault-rate`` makes all three emulators fail
 that share of calls at random (seeded; see providers/emulators/faults.py); each flag also reads its
 environment variable (GPUSCHED_EMULATOR_FAULT_RATE, _SEED, _KINDS, _ACTIONS). ``--fault-actions`` takes the
 clouds' own call names; ``RunInstances`` (and DescribeInstances, TerminateInstances ...) also names Huawei's
@@ -22,7 +23,7 @@ import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
@@ -93,6 +94,9 @@ def start_emulators(args: argparse.Namespace) -> tuple[AlibabaEcsEmulator, Tence
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.speedup != 1 and args.clock_start is None:
+        # A daemon given the same start (printed below) reads the same time, and so does one restarted later.
+        args.clock_start = datetime.now(timezone.utc)
     ali, ten, hw = start_emulators(args)
     print("# emulators up; point a daemon at them with:")
     plan = args.faults

@@ -146,6 +146,17 @@ def _reconcile_seen(
         return False
     if cloud.stop_keeps_billing and state in (I.stopping, I.stopped) and row.job_id is None:
         return bill_stopped(s, row, now)
+    idle = row.job_id is None and state in (I.running, I.stopped)
+    if idle and (cloud.state is InstanceState.terminating
+                 or (cloud.state is InstanceState.stopping and state is I.running)):
+        # A stop or terminate sent just before a crash, its answer never stored: the machine is on its way
+        # out, and must not be handed to the next job as a warm one (it would be lost under that job).
+        leaving = I.stopping if cloud.state is InstanceState.stopping else I.terminating
+        set_instance(row, leaving)
+        ledger.close_interval(s, row.id, now)
+        add_event(s, now, "instance_leaving", f"the cloud is {cloud.state.value} it (a {leaving.value} "
+                  "whose answer was not recorded)", instance_id=row.id)
+        return False
     if cloud.state is InstanceState.stopped and state in (I.stopping, I.running, I.pending):
         set_instance(row, I.stopped)
         row.stopped_at = now

@@ -538,7 +538,9 @@ def _launch(ctx: TickContext, now: datetime, row_id: str, report: TickReport) ->
     with ctx.store.session() as s:
         row = s.get(InstanceRow, row_id)
         row.cloud_id = inst.ref.instance_id
-        row.last_seen_at = now
+        # When the answer came, not when the tick began: a long tick's late launches reach the cloud's
+        # listings that much later, and the grace before "vanished" must not have run out by then.
+        row.last_seen_at = ctx.clock.now()
         if I(row.state) is I.requested:
             target = I.running if inst.state is InstanceState.running else I.pending
             set_instance(row, target)

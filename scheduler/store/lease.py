@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import case, literal, or_, select, update
+from sqlalchemy import case, literal, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -132,6 +132,12 @@ def check_fence(session: Session, name: str, holder: str, term: int, now: dateti
         raise LeadershipLost(f"the {name} lease of term {term} is lost: now held by {who}")
     if now >= lease.expires_at:
         raise LeadershipLost(f"the {name} lease of term {term} expired at {lease.expires_at.isoformat()}")
+    if session.get_bind().dialect.name == "postgresql":
+        # The share lock lasts as long as this transaction. A leader frozen in it (SIGSTOP, a paused VM, a
+        # long GC) would hold it, and the takeover's UPDATE would wait behind it, for ever: the server ends
+        # this transaction's session once it idles past the lease it holds, so the lock goes with the lease.
+        left_ms = max(1000, int((lease.expires_at - now).total_seconds() * 1000))
+        session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {left_ms}"))
     return lease
 
 
