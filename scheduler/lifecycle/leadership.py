@@ -14,13 +14,21 @@ to commit; a transaction begun after one raises ``LeadershipLost`` and rolls bac
 Launches repeat the intent's client token, so a launch a deposed leader sent for an intent it wrote
 while it led makes the same instance the new leader's re-issue does, never a second one.
 
+A daemon restarted on the same machine after a crash (systemd's Restart=, a kill -9) need not wait out
+the lease its dead predecessor left: when the holder names this host and pid namespace and that process
+is gone, the lease is taken over at once (``died_here``; a compare-and-set on the dead holder's term).
+Whatever cannot be told for sure (another host, another namespace, a pid now reused) waits for expiry.
+
 The lease's clock is the real one even when the sandbox runs sped up: renewals are scheduled in real
 seconds, and the lease is about whether a process is alive.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -31,13 +39,47 @@ from sqlalchemy.orm import Session
 from scheduler.clock import Clock
 from scheduler.errors import LeadershipLost
 from scheduler.store.database import Store
-from scheduler.store.lease import Lease, acquire, check_fence, holder_id, release
+from scheduler.store.lease import (
+    Lease,
+    acquire,
+    check_fence,
+    holder_id,
+    parse_holder,
+    pid_namespace,
+    release,
+    take_over,
+)
 
 log = structlog.get_logger("gpusched.leader")
 
 LEASE_NAME = "tick"
 
-__all__ = ["LEASE_NAME", "Leadership", "Renewal"]
+__all__ = ["LEASE_NAME", "Leadership", "Renewal", "died_here"]
+
+
+def died_here(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host and pid namespace that no longer runs.
+
+    False whenever that cannot be known: another host or namespace, a holder name of another form, a
+    pid that runs (even if reused by some other program: then the lease is waited out, as before).
+    A zombie (killed, not yet reaped by its parent) counts as gone.
+    """
+    parsed = parse_holder(holder)
+    if parsed is None or parsed.pid == os.getpid() or parsed.pid_namespace == "-":
+        return False
+    if parsed.host != socket.gethostname() or parsed.pid_namespace != pid_namespace():
+        return False
+    try:
+        os.kill(parsed.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # runs, as another user
+    try:
+        with open(f"/proc/{parsed.pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -53,7 +95,8 @@ class Leadership:
     """One daemon's side of the election. Thread-safe: the renewal job, the tick and /healthz share it."""
 
     def __init__(self, store: Store, clock: Clock, *, lease_seconds: float, renew_seconds: float | None = None,
-                 holder: str | None = None, name: str = LEASE_NAME) -> None:
+                 holder: str | None = None, name: str = LEASE_NAME,
+                 is_dead: Callable[[str], bool] = died_here) -> None:
         if lease_seconds <= 0:
             raise ValueError("a lease lasts more than zero seconds")
         renew = renew_seconds if renew_seconds is not None else lease_seconds / 3
@@ -65,6 +108,7 @@ class Leadership:
         self.holder = holder or holder_id()
         self.duration = timedelta(seconds=lease_seconds)
         self.renew_seconds = renew
+        self.is_dead = is_dead
         self._lock = threading.Lock()
         self._lease: Lease | None = None  # as last read
         self._held_term: int | None = None  # the term this daemon holds, when it leads
@@ -77,8 +121,15 @@ class Leadership:
         """Take or renew the lease: one compare-and-set. Raises what the database raises (the daemon logs it);
         until the next success this daemon leads only as long as the lease it last got lasts."""
         try:
+            now = self.clock.now()
             with self.store.session() as s:
-                lease = acquire(s, self.name, self.holder, self.clock.now(), self.duration)
+                lease = acquire(s, self.name, self.holder, now, self.duration)
+                if lease.holder != self.holder and lease.live(now) and self.is_dead(lease.holder):
+                    dead = lease
+                    lease = take_over(s, self.name, dead, self.holder, now, self.duration)
+                    if lease.holder == self.holder:
+                        log.info("leadership_taken_from_dead_process", holder=self.holder, dead=dead.holder,
+                                 dead_term=dead.term, lease_left_s=(dead.expires_at - now).total_seconds())
         except Exception as exc:
             with self._lock:
                 self._last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -14,6 +14,7 @@ a deposed leader's writes can be fenced by term (``check_fence``). Times come fr
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from scheduler.errors import LeadershipLost
 from scheduler.store.tables import LeaderLeaseRow
 from scheduler.times import utc
 
-__all__ = ["Lease", "acquire", "check_fence", "holder_id", "read", "release"]
+__all__ = ["Holder", "Lease", "acquire", "check_fence", "holder_id", "parse_holder", "read", "release", "take_over"]
 
 NEVER = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the expiry of a lease nobody has held yet
 _HOLDER_MAX = 160  # the column's width
@@ -53,11 +54,36 @@ class Lease:
         return bool(self.holder) and now < self.expires_at
 
 
+@dataclass(frozen=True)
+class Holder:
+    """What a holder id says about the process that wrote it."""
+
+    host: str
+    pid: int
+    pid_namespace: str  # the inode of its pid namespace ('-' where unknown): a pid means something only inside it
+
+
 def holder_id() -> str:
-    """``host:pid:random``: names one daemon process; the random part tells a restarted process (same pid
-    in a fresh container) from the one before it."""
-    tail = f":{os.getpid()}:{secrets.token_hex(4)}"
+    """``host:pid:random:pidns``: names one daemon process; the random part tells a restarted process (same
+    pid in a fresh container) from the one before it, and the pid namespace says where the pid is valid."""
+    tail = f":{os.getpid()}:{secrets.token_hex(4)}:{pid_namespace()}"
     return socket.gethostname()[: _HOLDER_MAX - len(tail)] + tail
+
+
+def parse_holder(holder: str) -> Holder | None:
+    """The parts of a ``holder_id``; None for any other name (a test's, an operator's, an older format)."""
+    parts = holder.rsplit(":", 3)
+    if len(parts) != 4 or not parts[1].isdigit() or not re.fullmatch(r"[0-9a-f]{8}", parts[2]):
+        return None
+    return Holder(host=parts[0], pid=int(parts[1]), pid_namespace=parts[3])
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace, as the inode of /proc/self/ns/pid ('-' where there is no /proc)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
 
 
 def acquire(session: Session, name: str, holder: str, now: datetime, duration: timedelta) -> Lease:
@@ -88,6 +114,26 @@ def acquire(session: Session, name: str, holder: str, now: datetime, duration: t
     )
     lease = read(session, name)
     assert lease is not None  # _ensure_row made it
+    return lease
+
+
+def take_over(session: Session, name: str, dead: Lease, holder: str, now: datetime, duration: timedelta) -> Lease:
+    """Take the lease from ``dead``, a holder the caller has seen die, before its lease runs out.
+
+    A compare-and-set on the dead holder and its term: if anyone renewed or took the lease since the
+    caller read ``dead``, nothing changes. The dead process's open transaction died with it (its
+    connection closed), so there is nothing of its to fence off. Returns the row as it stands afterwards.
+    """
+    if duration <= timedelta(0):
+        raise ValueError("a lease lasts more than zero seconds")
+    now = utc(now)
+    session.execute(
+        update(_T)
+        .where(_T.c.name == name, _T.c.holder == dead.holder, _T.c.term == dead.term)
+        .values(holder=holder, term=_T.c.term + 1, acquired_at=now, renewed_at=now, expires_at=now + duration)
+    )
+    lease = read(session, name)
+    assert lease is not None
     return lease
 
 

@@ -118,11 +118,8 @@ class World:
             "GPUSCHED_CLUSTER": self.cluster,
             "GPUSCHED_SANDBOX_SPEEDUP": f"{self.speedup:g}",
             "GPUSCHED_SANDBOX_CLOCK_START": self.epoch.isoformat(),
-            # A SIGKILLed daemon keeps the leader lease until it expires; its successor waits that long
-            # before it ticks (30 s at the default, most of a life here): a short lease, as an operator
-            # who wants fast recovery sets it.
-            "GPUSCHED_LEADER_LEASE_S": "2",
-            "GPUSCHED_LEADER_RENEW_S": "0.5",
+            # The leader lease stays at its default (30 s): a SIGKILLed daemon's successor on the same host
+            # takes the lease of its dead predecessor at once (scheduler/lifecycle/leadership.py), and must.
             "GPUSCHED_ALIBABA_ENDPOINT": self.proxies["alibaba"].endpoint,
             "GPUSCHED_ALIBABA_PROTOCOL": "http",
             "GPUSCHED_ALIBABA_ACCESS_KEY_ID": KEY_ID,

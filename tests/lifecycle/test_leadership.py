@@ -6,7 +6,13 @@ Two ``Leadership`` objects on one store stand for two daemons; the lease runs on
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
 from datetime import timedelta
 
 import pytest
@@ -17,8 +23,9 @@ from scheduler.clock import SimClock
 from scheduler.errors import LeadershipLost
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
-from scheduler.lifecycle.leadership import Leadership
+from scheduler.lifecycle.leadership import Leadership, died_here
 from scheduler.store.database import Store
+from scheduler.store.lease import pid_namespace
 from scheduler.store.tables import AttemptRow, InstanceRow
 from tests.conftest import SIM_START
 from tests.lifecycle.test_lifecycle import World, assert_invariants, job_spec
@@ -162,3 +169,72 @@ def test_a_leader_deposed_mid_launch_never_launches_twice(any_store: Store, sim_
     assert instance.client_token == attempts[0].client_token
     assert [a.number for a in w.attempts(job_id)] == [1]
     assert_invariants(w)
+
+
+# --- a restarted daemon on the same machine takes over from its dead predecessor at once
+
+
+def _holder_for(pid: int) -> str:
+    return f"{socket.gethostname()}:{pid}:0a1b2c3d:{pid_namespace()}"
+
+
+def test_a_reaped_process_of_this_host_is_dead_and_a_running_one_is_not() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not died_here(_holder_for(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert died_here(_holder_for(child.pid))
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    os.kill(child.pid, signal.SIGKILL)
+    try:
+        for _ in range(200):  # the kernel makes it a zombie a moment after the signal
+            if died_here(_holder_for(child.pid)):
+                break
+            threading.Event().wait(0.01)
+        assert died_here(_holder_for(child.pid))
+    finally:
+        child.wait()
+
+
+@pytest.mark.parametrize("holder", [
+    f"{socket.gethostname()}:{os.getpid()}:0a1b2c3d:{pid_namespace()}",  # this very process
+    f"another-host-{socket.gethostname()}:999999:0a1b2c3d:{pid_namespace()}",  # a pid elsewhere means nothing here
+    f"{socket.gethostname()}:999999:0a1b2c3d:1",  # nor in another pid namespace
+    f"{socket.gethostname()}:999999:0a1b2c3d:-",  # nor where the namespace is unknown
+    "daemon-a",
+])
+def test_a_holder_that_cannot_be_known_dead_is_not(holder: str) -> None:
+    assert not died_here(holder)
+
+
+def test_a_daemon_takes_over_at_once_from_a_holder_it_knows_died(any_store: Store, lease_clock: SimClock) -> None:
+    dead_ones: set[str] = set()
+    a = Leadership(any_store, lease_clock, lease_seconds=LEASE_S, holder="daemon-a", is_dead=dead_ones.__contains__)
+    b = Leadership(any_store, lease_clock, lease_seconds=LEASE_S, holder="daemon-b", is_dead=dead_ones.__contains__)
+    a.renew()
+    lease_clock.advance(timedelta(seconds=1))
+    assert not b.renew().leads  # alive: b follows
+    dead_ones.add("daemon-a")
+    with capture_logs() as logs:
+        taken = b.renew()
+    assert taken.leads and taken.lease.term == 2 and b.leads()
+    assert taken.lease.expires_at == lease_clock.now() + timedelta(seconds=LEASE_S)
+    event = [e for e in logs if e["event"] == "leadership_taken_from_dead_process"][0]
+    assert event["dead"] == "daemon-a" and event["dead_term"] == 1 and event["lease_left_s"] == LEASE_S - 1
+    assert not a.renew().leads  # had it only seemed dead, it is now a follower, and its fence refuses it
+
+
+def test_a_real_restart_on_this_host_leads_before_the_dead_ones_lease_runs_out(any_store: Store,
+                                                                               lease_clock: SimClock) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    Leadership(any_store, lease_clock, lease_seconds=LEASE_S, holder=_holder_for(child.pid)).renew()
+    successor = Leadership(any_store, lease_clock, lease_seconds=LEASE_S)
+    assert not successor.renew().leads
+    child.kill()
+    child.wait()
+    assert successor.renew().leads

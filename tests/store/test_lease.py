@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.errors import LeadershipLost
 from scheduler.store.database import Store
-from scheduler.store.lease import Lease, acquire, check_fence, holder_id, read, release
+from scheduler.store.lease import Holder, Lease, acquire, check_fence, holder_id, parse_holder, read, release, take_over
 
 T0 = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 LEASE = timedelta(seconds=30)
@@ -174,8 +174,40 @@ def test_a_takeover_waits_for_a_fenced_transaction_to_commit(any_store: Store) -
 def test_holder_ids_name_the_host_and_process_and_differ_per_call() -> None:
     a, b = holder_id(), holder_id()
     assert a != b
-    assert re.fullmatch(r".+:\d+:[0-9a-f]{8}", a)
+    assert re.fullmatch(r".+:\d+:[0-9a-f]{8}:(\d+|-)", a)
     assert len(a) <= 160
+    parsed = parse_holder(a)
+    assert parsed is not None and parsed.host and parsed.pid > 0
+
+
+@pytest.mark.parametrize(("holder", "parsed"), [
+    ("gpu-box:4242:0a1b2c3d:4026531836", Holder("gpu-box", 4242, "4026531836")),
+    ("fe80::1:77:0a1b2c3d:-", Holder("fe80::1", 77, "-")),  # a host name with colons keeps them
+    ("daemon-a", None),  # a test's or an operator's name
+    ("gpu-box:4242:0a1b2c3d", None),  # the older form, without the pid namespace
+    ("gpu-box:pid:0a1b2c3d:1", None),
+    ("gpu-box:12:NOTHEX00:1", None),
+])
+def test_holder_ids_parse_back_to_host_pid_and_namespace(holder: str, parsed: Holder | None) -> None:
+    assert parse_holder(holder) == parsed
+
+
+def test_a_takeover_from_a_dead_holder_starts_the_next_term_before_expiry(any_store: Store) -> None:
+    dead = take(any_store, "a", T0)
+    with any_store.session() as s:
+        lease = take_over(s, "tick", dead, "b", T0 + timedelta(seconds=5), LEASE)
+    assert (lease.holder, lease.term) == ("b", 2)
+    assert lease.acquired_at == T0 + timedelta(seconds=5) and lease.expires_at == T0 + timedelta(seconds=5) + LEASE
+    assert row(any_store) == lease
+
+
+def test_a_takeover_changes_nothing_once_the_lease_moved_on(any_store: Store) -> None:
+    seen = take(any_store, "a", T0)
+    renewed = take(any_store, "a", T0 + timedelta(seconds=10))  # renewed since: same term, so compare the holder
+    other = take(any_store, "c", T0 + timedelta(seconds=50))  # expired and taken by c in term 2
+    with any_store.session() as s:
+        lease = take_over(s, "tick", seen, "b", T0 + timedelta(seconds=51), LEASE)
+    assert renewed.term == 1 and lease == other and (lease.holder, lease.term) == ("c", 2)
 
 
 @pytest.mark.parametrize(("holder", "duration"), [("", LEASE), ("x" * 161, LEASE), ("a", timedelta(0))])
