@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from providers.code_table import ClassSets, codes_of, listed_class
 from scheduler.errors import (
     AuthFailed,
     BillingStopped,
@@ -243,7 +244,7 @@ _UNAVAILABLE = frozenset({
     "NodeControllerUnavailable",
 })
 
-CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
+CLASS_SETS: ClassSets = (
     (NoCapacity, _NO_CAPACITY),
     (QuotaExceeded, _QUOTA),
     (BillingStopped, _BILLING),
@@ -257,20 +258,12 @@ CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
 
 def all_codes() -> list[str]:
     """Every code in the table (documented and also known), sorted."""
-    found: set[str] = set(ALSO_KNOWN)
-    for codes in DOCUMENTED.values():
-        found |= codes
-    return sorted(found)
+    return codes_of(DOCUMENTED, ALSO_KNOWN)
 
 
 def documented_class(code: str) -> type[ProviderError] | None:
     """The class of a code this table holds; None for a code it does not."""
-    for cls, codes in CLASS_SETS:
-        if code in codes:
-            return cls
-    if code in ALSO_KNOWN or any(code in codes for codes in DOCUMENTED.values()):
-        return InvalidRequest
-    return None
+    return listed_class(code, CLASS_SETS, DOCUMENTED, ALSO_KNOWN)
 
 
 def classify(code: str, status: int | None = None) -> type[ProviderError]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from providers.code_table import ClassSets, codes_of, listed_class
 from scheduler.errors import (
     AuthFailed,
     InvalidRequest,
@@ -100,7 +101,7 @@ _THROTTLED = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingExcepti
 _NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed", "InvalidInstanceID"})
 _UNAVAILABLE = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
 
-CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
+CLASS_SETS: ClassSets = (
     (NoCapacity, _NO_CAPACITY),
     (QuotaExceeded, _QUOTA),
     (AuthFailed, _AUTH),
@@ -112,20 +113,12 @@ CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
 
 def all_codes() -> list[str]:
     """Every code in the table (documented and also known), sorted."""
-    found: set[str] = set(ALSO_KNOWN)
-    for codes in DOCUMENTED.values():
-        found |= codes
-    return sorted(found)
+    return codes_of(DOCUMENTED, ALSO_KNOWN)
 
 
 def documented_class(code: str) -> type[ProviderError] | None:
     """The class of a code this table holds; None for a code it does not."""
-    for cls, codes in CLASS_SETS:
-        if code in codes:
-            return cls
-    if code in ALSO_KNOWN or any(code in codes for codes in DOCUMENTED.values()):
-        return InvalidRequest
-    return None
+    return listed_class(code, CLASS_SETS, DOCUMENTED, ALSO_KNOWN)
 
 
 def classify(code: str, status: int) -> type[ProviderError]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from providers.code_table import ClassSets, codes_of, listed_class
 from scheduler.errors import (
     AuthFailed,
     BillingStopped,
@@ -323,7 +324,7 @@ _UNAVAILABLE = frozenset({
     "FailedOperation.InquiryPriceFailed", "ClientNetworkError", "ServerNetworkError", "JSONDecodeError",
 })
 
-CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
+CLASS_SETS: ClassSets = (
     (NoCapacity, _NO_CAPACITY),
     (QuotaExceeded, _QUOTA),
     (BillingStopped, _BILLING),
@@ -337,20 +338,12 @@ CLASS_SETS: tuple[tuple[type[ProviderError], frozenset[str]], ...] = (
 
 def all_codes() -> list[str]:
     """Every code in the table (documented and also known), sorted."""
-    found: set[str] = set(ALSO_KNOWN)
-    for codes in DOCUMENTED.values():
-        found |= codes
-    return sorted(found)
+    return codes_of(DOCUMENTED, ALSO_KNOWN)
 
 
 def documented_class(code: str) -> type[ProviderError] | None:
     """The class of a code this table holds; None for a code it does not."""
-    for cls, codes in CLASS_SETS:
-        if code in codes:
-            return cls
-    if code in ALSO_KNOWN or any(code in codes for codes in DOCUMENTED.values()):
-        return InvalidRequest
-    return None
+    return listed_class(code, CLASS_SETS, DOCUMENTED, ALSO_KNOWN)
 
 
 def classify(code: str) -> type[ProviderError]:
