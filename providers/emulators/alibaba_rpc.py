@@ -13,11 +13,10 @@ one gateway protocol, so the gateway's part lives here once:
   reads that to tell a wrong secret (``InvalidAccessKeySecret``) apart.
 * ``RpcError``: an error answer (HTTP status, code, message); ``rpc_error_body`` its JSON
   ``{RequestId, HostId, Code, Message, Recommend}``.
-* ``RpcServer``: 127.0.0.1, keep-alive, ``POST /`` or ``GET /`` with the parameters in the query string
-  (a form body is read too), handing each request to the emulator's ``handle``, which gives an
-  ``RpcAnswer`` (status, JSON body, extra headers such as ``Retry-After``); ``None`` from it drops
-  the connection without an answer (a response lost on the way back). A client that drops its
-  kept-alive connection is not reported as a server error.
+* ``RpcServer``: ``POST /`` or ``GET /`` with the parameters in the query string (a form body is read
+  too), handed to the emulator's ``handle``, which gives an ``RpcAnswer`` (status, JSON body, extra
+  headers such as ``Retry-After``); ``None`` from it drops the connection without an answer (a
+  response lost on the way back). The server itself is ``local_http.LocalServer``.
 """
 
 from __future__ import annotations
@@ -26,17 +25,14 @@ import base64
 import hashlib
 import hmac
 import json
-import socket
-import sys
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
+from providers.emulators.local_http import LISTEN_HOST, Answer, LocalServer, Request
 from scheduler.clock import Clock, SystemClock
 
 __all__ = [
@@ -53,7 +49,6 @@ __all__ = [
     "string_to_sign",
 ]
 
-LISTEN_HOST = "127.0.0.1"
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -163,96 +158,25 @@ class RpcEmulator(Protocol):
     def handle(self, method: str, path: str, query: str, body: bytes,
                content_type: str) -> RpcAnswer | None: ...
 
-
-class RpcServer(ThreadingHTTPServer):
-    """One emulator's HTTP server on 127.0.0.1 (port 0: the OS picks), served from a daemon thread."""
-
-    daemon_threads = True
+class RpcServer:
+    """One emulator's HTTP server (``local_http.LocalServer`` on 127.0.0.1, port 0: the OS picks) answering
+    as the gateway does: JSON bodies, plus the headers the emulator adds."""
 
     def __init__(self, emulator: RpcEmulator, *, port: int = 0, name: str = "alibaba-rpc-emulator") -> None:
         self.emulator = emulator
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__((LISTEN_HOST, port), _Handler)
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name=name,
-                                        daemon=True)
-        self._thread.start()
+        self._http = LocalServer(self._answer, port=port, name=name)
 
     @property
     def port(self) -> int:
-        return int(self.server_address[1])
+        return self._http.port
 
     def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-        self.drop_connections()
-        self._thread.join(timeout=5)
+        self._http.close()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
-        # emulator fault: say nothing. Anything else is printed as the stdlib does.
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
-            return
-        super().handle_error(request, client_address)
-
-    def track(self, conn: socket.socket, open_: bool) -> None:
-        with self._open_lock:
-            (self._open.add if open_ else self._open.discard)(conn)
-
-    def drop_connections(self) -> None:
-        """Close keep-alive connections still held by clients, so their handler threads end."""
-        with self._open_lock:
-            conns, self._open = list(self._open), set()
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: RpcServer
-
-    def setup(self) -> None:
-        super().setup()
-        # Without it, Nagle's algorithm meets the client's delayed ACK: 40 ms per keep-alive answer.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.track(self.connection, True)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.track(self.connection, False)
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        target = urlsplit(self.path)
-        outcome = self.server.emulator.handle(
-            self.command, target.path or "/", target.query, body, self.headers.get("Content-Type", "")
-        )
+    def _answer(self, request: Request) -> Answer | None:
+        outcome = self.emulator.handle(request.method, request.path, request.query, request.body,
+                                       request.headers.get("content-type", ""))
         if outcome is None:
-            self.close_connection = True
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            return
-        self.send_response(outcome.status)
-        self.send_header("Content-Type", "application/json;charset=utf-8")
-        for name, value in outcome.headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(outcome.body)))
-        self.end_headers()
-        self.wfile.write(outcome.body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # the test's own assertions say what matters; per-request lines are noise
+            return None
+        return Answer(outcome.status, outcome.body,
+                      {"Content-Type": "application/json;charset=utf-8", **outcome.headers})

@@ -12,13 +12,15 @@ their handler threads end with it.
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["Answer", "LocalServer", "Request"]
+__all__ = ["LISTEN_HOST", "Answer", "LocalServer", "Request"]
 
 LISTEN_HOST = "127.0.0.1"
 
@@ -71,6 +73,13 @@ class _Server(ThreadingHTTPServer):
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that drops its kept-alive connection (after a lost answer, or at exit) is not an
+        # emulator fault: say nothing. Anything else is printed as the stdlib does.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, conn: socket.socket, open_: bool) -> None:
         with self._open_lock:
