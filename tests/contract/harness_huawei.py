@@ -10,17 +10,15 @@ makes the emulator fail calls as it deals them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Callable
 
-from pydantic import SecretStr
-
-from providers.base import Instance, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
-from scheduler.models import Capacity, Offer, Stock
+from scheduler.models import Offer, Stock
+from tests.contract.emulated import EmulatedHarness
 from tests.optional import missing
 
 try:  # the Huawei SDK is an optional dependency (gpusched[huawei])
@@ -68,8 +66,10 @@ def local_client_factory(config: HuaweiConfig) -> ClientFactory:
     return local
 
 
-class HuaweiHarness:
+class HuaweiHarness(EmulatedHarness):
     """One emulator, one sandbox cloud and one HuaweiProvider per test."""
+
+    title = "the Huawei contract catalog"
 
     def __init__(self, *, catalog: tuple[Offer, ...] | None = None, emulator: Mapping[str, Any] | None = None,
                  **config_overrides: object) -> None:
@@ -99,39 +99,8 @@ class HuaweiHarness:
         return HuaweiProvider(local_client_factory(config), config, self.clock,
                               filter_offers(load_catalog(), providers=["huawei"]))
 
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(timedelta(seconds=seconds))
-
-    def sell_out(self, offer: Offer, capacity: Capacity) -> None:
-        self.emulator.sell_out(offer, capacity)
-
-    def preempt(self, instance: Instance) -> None:
-        self.emulator.preempt(instance.ref.instance_id)
-
-    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None:
-        self.emulator.fail_next(operation, error, times)
-
-    def lose_next_launch_response(self) -> None:
-        self.emulator.lose_next_launch_response()
-
-    def offer(self, gpu: str | None = None) -> Offer:
-        for o in self.provider.offers():
-            if (gpu is None or o.gpu == gpu) and o.on_demand is not None and o.spot is not None \
-                    and (o.zone, o.instance_type) in {(c.zone, c.instance_type) for c in self.cloud.offers()}:
-                return o
-        raise LookupError(f"the Huawei contract catalog has no offer with gpu={gpu!r}")
-
-    def provider_with_wrong_secret(self) -> Provider | None:
-        return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
-
-    def machines(self) -> list[tuple[Mapping[str, str], str]]:
-        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
-
-    def faults_dealt(self) -> dict[str, int]:
-        return dict(self.emulator.faults.drawn)
-
-    def close(self) -> None:
-        self.emulator.close()
+    def offers_in_the_cloud(self, offer: Offer) -> bool:
+        return (offer.zone, offer.instance_type) in {(c.zone, c.instance_type) for c in self.cloud.offers()}
 
 
 def _huawei(faults: FaultPlan | None = None) -> HuaweiHarness:

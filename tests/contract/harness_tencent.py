@@ -8,18 +8,16 @@ regions, with illustrative spot prices added (the bundled rows have none).
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-from pydantic import SecretStr
-
-from providers.base import Instance, Provider, ProviderError
 from providers.catalog import filter_offers, load_catalog
 from providers.emulators.faults import FaultPlan
 from providers.sandbox.provider import SandboxCloud
 from scheduler.clock import SimClock
-from scheduler.models import Capacity, Offer, Price, Stock
+from scheduler.models import Offer, Price, Stock
+from tests.contract.emulated import EmulatedHarness
 from tests.optional import missing
 
 try:  # the Tencent SDK is an optional dependency (gpusched[tencent])
@@ -73,8 +71,10 @@ def local_client_factory(config: TencentConfig) -> ClientFactory:
     return local
 
 
-class TencentHarness:
+class TencentHarness(EmulatedHarness):
     """One emulator, one sandbox cloud and one TencentProvider per test."""
+
+    title = "the Tencent contract catalog"
 
     def __init__(self, *, catalog: tuple[Offer, ...] | None = None, record_requests: bool = False,
                  emulator: Mapping[str, Any] | None = None, **config_overrides: object) -> None:
@@ -105,38 +105,6 @@ class TencentHarness:
         return TencentProvider(local_client_factory(config), config, self.clock,
                                filter_offers(load_catalog(), providers=["tencent"]))
 
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(timedelta(seconds=seconds))
-
-    def sell_out(self, offer: Offer, capacity: Capacity) -> None:
-        self.emulator.sell_out(offer, capacity)
-
-    def preempt(self, instance: Instance) -> None:
-        self.emulator.preempt(instance.ref.instance_id)
-
-    def fail_next(self, operation: str, error: ProviderError, times: int = 1) -> None:
-        self.emulator.fail_next(operation, error, times)
-
-    def lose_next_launch_response(self) -> None:
-        self.emulator.lose_next_launch_response()
-
-    def offer(self, gpu: str | None = None) -> Offer:
-        for o in self.provider.offers():
-            if (gpu is None or o.gpu == gpu) and o.on_demand is not None and o.spot is not None:
-                return o
-        raise LookupError(f"the Tencent contract catalog has no offer with gpu={gpu!r}")
-
-    def provider_with_wrong_secret(self) -> Provider | None:
-        return self.build(self.config.model_copy(update={"secret_key": SecretStr("not-the-secret")}))
-
-    def machines(self) -> list[tuple[Mapping[str, str], str]]:
-        return [(dict(m.tags), m.state.value) for m in self.cloud.all_instances()]
-
-    def faults_dealt(self) -> dict[str, int]:
-        return dict(self.emulator.faults.drawn)
-
-    def close(self) -> None:
-        self.emulator.close()
 
 
 def _tencent(faults: FaultPlan | None = None) -> TencentHarness:
