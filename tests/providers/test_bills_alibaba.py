@@ -27,6 +27,7 @@ from providers.sandbox.cloud import SandboxCloud
 from scheduler.clock import SimClock
 from scheduler.models import Capacity
 from tests.contract.harness_alibaba import ACCESS_KEY_ID, CATALOG, SECRET, START
+from tests.providers.bill_runs import run_machines
 
 A10 = CATALOG[1]  # cn-hangzhou ecs.gn7i-c8g1.2xlarge, 9.5326 CNY/h on demand, 3.81 spot
 
@@ -49,17 +50,7 @@ class World:
         return AlibabaBills(client, config, self.clock, page_size=page_size)
 
     def run(self, n: int, minutes: float, capacity: Capacity = Capacity.on_demand) -> list[str]:
-        ids = []
-        for i in range(n):
-            made = self.cloud.launch(region=A10.region, zone=A10.zone, instance_type=A10.instance_type,
-                                     capacity=capacity, client_token=f"t{len(self.cloud.all_instances())}-{i}",
-                                     tags={TAG_MANAGED: "bills", TAG_INSTANCE: f"gi-{i}"})
-            ids.append(made.instance_id)
-        self.clock.advance(timedelta(minutes=minutes, seconds=1))
-        for instance_id in ids:
-            self.cloud.terminate(instance_id)
-        self.clock.advance(timedelta(seconds=30))
-        return ids
+        return run_machines(self.cloud, self.clock, A10, n, minutes, capacity)
 
 
 @pytest.fixture

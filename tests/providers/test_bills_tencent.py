@@ -8,7 +8,6 @@ answers one row per instance and clock hour from what its sandbox cloud ran.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -25,6 +24,7 @@ from providers.tencent.config import TencentConfig
 from scheduler.clock import SimClock
 from scheduler.models import Capacity
 from tests.contract.harness_tencent import SECRET_ID, SECRET_KEY, START, contract_catalog
+from tests.providers.bill_runs import run_machines
 
 CATALOG = contract_catalog()
 OFFER = next(o for o in CATALOG if o.spot is not None and o.on_demand is not None)
@@ -47,17 +47,7 @@ class World:
         return TencentBills(make_billing_client(config), config, self.clock, page_size=page_size)
 
     def run(self, n: int, minutes: float, capacity: Capacity = Capacity.on_demand) -> list[str]:
-        ids = []
-        for i in range(n):
-            made = self.cloud.launch(region=OFFER.region, zone=OFFER.zone, instance_type=OFFER.instance_type,
-                                     capacity=capacity, client_token=f"t{len(self.cloud.all_instances())}-{i}",
-                                     tags={TAG_MANAGED: "bills", TAG_INSTANCE: f"gi-{i}"})
-            ids.append(made.instance_id)
-        self.clock.advance(timedelta(minutes=minutes, seconds=1))
-        for instance_id in ids:
-            self.cloud.terminate(instance_id)
-        self.clock.advance(timedelta(seconds=30))
-        return ids
+        return run_machines(self.cloud, self.clock, OFFER, n, minutes, capacity)
 
 
 @pytest.fixture
