@@ -247,9 +247,9 @@ def live_env(**endpoints: str) -> dict[str, str]:
 @pytest.mark.timeout(120)
 def test_a_cloud_that_cannot_be_reached_is_named_without_a_credential() -> None:
     """Port 9 refuses: each SDK's connection error, Alibaba's with its signed URL, is shown; no credential."""
-    pytest.importorskip("aliyunsdkcore")
-    pytest.importorskip("tencentcloud")
-    pytest.importorskip("boto3")
+    pytest.importorskip("aliyunsdkcore", reason="the Alibaba SDK is optional: pip install '.[alibaba]'")
+    pytest.importorskip("tencentcloud", reason="the Tencent SDK is optional: pip install '.[tencent]'")
+    pytest.importorskip("boto3", reason="the AWS SDK is optional: pip install '.[aws]'")
     env = live_env(GPUSCHED_AWS_ENDPOINT_URL="http://127.0.0.1:9", GPUSCHED_ALIBABA_ENDPOINT="127.0.0.1:9",
                    GPUSCHED_TENCENT_ENDPOINT="127.0.0.1:9")
     r = run("providers", "check", env=env)
@@ -268,8 +268,8 @@ def test_a_cloud_that_cannot_be_reached_is_named_without_a_credential() -> None:
 @pytest.mark.timeout(120)
 def test_a_cloud_that_refuses_the_credentials_is_named_without_them(tmp_path: Path) -> None:
     """The Alibaba and Tencent emulators check signatures: a wrong secret is refused, a right one answers."""
-    pytest.importorskip("aliyunsdkcore")
-    pytest.importorskip("tencentcloud")
+    pytest.importorskip("aliyunsdkcore", reason="the Alibaba SDK is optional: pip install '.[alibaba]'")
+    pytest.importorskip("tencentcloud", reason="the Tencent SDK is optional: pip install '.[tencent]'")
     from providers.emulators.alibaba_ecs import AlibabaEcsEmulator
     from providers.emulators.tencent_cvm import TencentCvmEmulator
     from providers.sandbox.provider import SandboxCloud
