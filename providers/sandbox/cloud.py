@@ -623,7 +623,12 @@ class SandboxCloud:
 
     def _snapshot(self, machine: _Machine, now: datetime) -> SandboxInstance:
         notice = machine.notice_at if machine.notice_at is not None and machine.notice_at <= now else None
-        return SandboxInstance(
+        # What may change after the launch; the rest (offer, tags, token, name, image, user data) does not.
+        key = (machine.state, machine.history[-1], len(machine.history), machine.preempted, machine.preempt_reason,
+               notice)
+        if machine.snapshot is not None and machine.snapshot[0] == key:
+            return machine.snapshot[1]
+        snapshot = SandboxInstance(
             instance_id=machine.instance_id,
             offer=machine.offer,
             capacity=machine.capacity,
@@ -639,6 +644,8 @@ class SandboxCloud:
             image=machine.image,
             user_data=machine.user_data,
         )
+        machine.snapshot = (key, snapshot)
+        return snapshot
 
 
 def _stock_capacity(capacity: Capacity) -> Capacity:

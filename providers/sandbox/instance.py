@@ -74,6 +74,9 @@ class _Machine:
     notice_at: datetime | None = None
     preempted: bool = False
     preempt_reason: str | None = None
+    # The last snapshot handed out, with what it was taken of (``SandboxCloud._snapshot``): a machine that
+    # did not change is listed as the same object, which the provider then knows without comparing fields.
+    snapshot: tuple[tuple, SandboxInstance] | None = field(default=None, repr=False, compare=False)
 
     @property
     def state_since(self) -> datetime:

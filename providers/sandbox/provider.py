@@ -87,7 +87,8 @@ class SandboxProvider:
         self._regions = None if regions is None else tuple(regions)
         self._page_size = page_size
         self._renamed: dict[int, tuple[Offer, Offer]] = {}  # id(cloud's offer) -> (it, our copy): ``offers``
-        self._listed_instances: dict[str, tuple[tuple, Instance]] = {}  # id -> (``_listing_key``, it): ``instances``
+        # id -> (``_listing_key``, the Instance, the cloud's snapshot it was made of): ``instances``
+        self._listed_instances: dict[str, tuple[tuple, Instance, SandboxInstance]] = {}
 
     def offers(self, regions: Sequence[str] | None = None) -> list[Offer]:
         offers = self._call(self.cloud.offers, self._served(regions))
@@ -150,10 +151,14 @@ class SandboxProvider:
                 page_token=token,
             )
             for raw in page:
-                key = _listing_key(raw)
                 hit = last.get(raw.instance_id)
+                if hit is not None and hit[2] is raw:  # the cloud's very snapshot of last time: nothing changed
+                    seen[raw.instance_id] = hit
+                    found.append(hit[1])
+                    continue
+                key = _listing_key(raw)
                 inst = hit[1] if hit is not None and hit[0] == key else self._instance(raw)
-                seen[raw.instance_id] = (key, inst)
+                seen[raw.instance_id] = (key, inst, raw)
                 found.append(inst)
             if token is None:
                 self._listed_instances = seen

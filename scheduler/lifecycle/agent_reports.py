@@ -325,16 +325,17 @@ def report_hello(s: Session, instance_id: str, now: datetime, *, gpu_name: str, 
 
 def report_progress(s: Session, job_id: str, attempt_no: int, epochs_done: int, checkpoint_uri: str | None,
                     now: datetime, source: Literal["agent", "simulated"] = "agent", *,
-                    physical_batch: int | None = None) -> None:
+                    physical_batch: int | None = None, attempt: AttemptRow | None = None) -> None:
     """The agent finished an epoch and uploaded ``last.pt``: that is the new resume point.
 
     The time the epochs took is a sample for the performance model (``perf_learning``).
     ``physical_batch``: the images per GPU that trained an epoch on this machine (the agent says it
     once per run, and again after halving the batch for CUDA running out of memory), recorded as a
     ``batch_fitted`` event for the memory model to learn from.
+    ``attempt``: the job's current attempt where the caller loaded it in ``s`` already (``current_attempt``).
     """
     job = job_to_move(s, job_id)
-    attempt = current_attempt(s, job_id)
+    attempt = attempt if attempt is not None else current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return  # a stale report from an older attempt: fenced off
     if physical_batch is not None:
@@ -371,11 +372,12 @@ def _batch_fitted(s: Session, job: JobRow, attempt: AttemptRow, per_gpu: int, no
 
 
 def report_finished(s: Session, job_id: str, attempt_no: int, ok: bool, now: datetime, message: str = "",
-                    outputs: str | None = None) -> None:
+                    outputs: str | None = None, *, attempt: AttemptRow | None = None) -> None:
     """The agent says the job's process exited; its machine becomes idle and warm. ``outputs``: the
-    object-store prefix the agent uploaded what the job made to (``gpusched status JOB`` shows it)."""
+    object-store prefix the agent uploaded what the job made to (``gpusched status JOB`` shows it).
+    ``attempt``: as for ``report_progress``."""
     job = job_to_move(s, job_id)
-    attempt = current_attempt(s, job_id)
+    attempt = attempt if attempt is not None else current_attempt(s, job_id)
     if job is None or attempt is None or attempt.number != attempt_no or A(attempt.state) is not A.running:
         return
     message = printable(message)

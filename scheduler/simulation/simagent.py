@@ -150,15 +150,20 @@ class SimAgents:
         held = [*s.scalars(select(JobRow).options(defer(JobRow.plan_json)).where(JobRow.id.in_(jobs))),
                 *s.scalars(select(InstanceRow).where(InstanceRow.id.in_({r.id for r in running
                                                                          if r.job_id in jobs})))]
+        # Each job's current attempt (the one numbered as its row's ``attempt``: ``tick._act`` writes both
+        # together), for all of them in one query rather than one ``current_attempt`` query per report.
+        current = {a.job_id: a for a in s.scalars(
+            select(AttemptRow).join(JobRow, (JobRow.id == AttemptRow.job_id) & (JobRow.attempt == AttemptRow.number))
+            .where(AttemptRow.job_id.in_(jobs)))}
         finished = 0
         for what, job_id, number, epochs, text in reports:
             if what == "output":  # the sandbox's stand-in for the job's output (`gpusched logs`)
                 s.flush()  # the output's offsets are read from the rows written before it
                 append_lines(s, job_id, number, text or "", now, limit=self.output_bytes or 0)
             elif what == "progress":
-                report_progress(s, job_id, number, epochs, text, now, source="simulated")
+                report_progress(s, job_id, number, epochs, text, now, source="simulated", attempt=current.get(job_id))
             else:
-                report_finished(s, job_id, number, True, now, text or "")
+                report_finished(s, job_id, number, True, now, text or "", attempt=current.get(job_id))
                 finished += 1
         del held  # kept until here: the session's identity map holds its rows only while they are used
         return finished
