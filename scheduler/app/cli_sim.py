@@ -1,0 +1,227 @@
+"""``gpusched simulate``, ``trace generate|export`` and ``bench spot-traces``: the what-if commands.
+
+They run the daemon's tick over a trace on the sandbox clouds (or replay real spot traces), read no
+cloud and need no daemon. Added to the root command by ``register`` (``cli.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scheduler.app import cli_progress
+from scheduler.errors import UserError
+
+if TYPE_CHECKING:  # the CLI imports the simulator only when a command needs it
+    from scheduler.settings import Settings
+    from scheduler.simulation.simulate import Progress as SimRunProgress
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, err: Console,
+             writable_folder: Callable[[Path, str], None]) -> None:
+    """Add ``simulate``, ``trace`` and ``bench`` to ``app``."""
+    _writable_folder, _settings = writable_folder, settings
+
+    bench_app = typer.Typer(help="Benchmarks on data the project did not make.", no_args_is_help=True)
+    app.add_typer(bench_app, name="bench")
+
+    @bench_app.command("spot-traces")
+    def bench_spot_traces(
+        traces: Path = typer.Option(..., help="folder of the Can't Be Late spot traces (skypilot-org/spot-traces)"),
+        out_dir: Path = typer.Option(Path("spot-bench"), "--out", help="where the table, chart and JSON go"),
+        starts: int = typer.Option(300, help="start points per trace"),
+        seed: int = typer.Option(0, help="seed for the start points"),
+        workers: int = typer.Option(0, help="processes (0: one per core)"),
+    ) -> None:
+        """Replay real AWS spot traces: od-only, greedy, Uniform Progress, ours and the optimum."""
+        from scheduler.simulation.spotbench.bench import run_spot_bench
+        from scheduler.simulation.spotbench.report import render_markdown, write_outputs
+
+        result = run_spot_bench(traces, starts=starts, seed=seed, workers=workers)
+        _writable_folder(out_dir, "--out")
+        write_outputs(result, out_dir)
+        sys.stdout.write(render_markdown(result) + "\n")
+        out.print(f"written to {out_dir}/")
+
+    trace_app = typer.Typer(help="Workload traces for `gpusched simulate`.", no_args_is_help=True)
+    app.add_typer(trace_app, name="trace")
+
+    @trace_app.command("generate")
+    def trace_generate(
+        out_file: Path = typer.Option(..., "--out", help="where to write the trace (.jsonl, or .jsonl.gz)"),
+        seed: int = typer.Option(1, help="seed (same seed, same trace)"),
+        month: str = typer.Option("2026-11", help="the month, e.g. 2026-11"),
+        teams: int = typer.Option(3, help="how many teams"),
+        jobs: Optional[int] = typer.Option(None, help="about this many jobs (default: a realistic month)"),
+        family: str = typer.Option("standard", help="kind of month: standard (the one the planner was tuned on), "
+                                   "long-training, tight-deadlines, heavy-inference, mixed"),
+        reclaim_scale: Optional[str] = typer.Option(None, help='the market: factors on the catalog\'s spot reclaim '
+                                                    "rates, \"2\" or \"aws=2,alibaba/cn-hangzhou=0.5\" (written into "
+                                                    "the trace; simulate uses them)"),
+        progress: Optional[bool] = cli_progress.progress_option(),
+    ) -> None:
+        """Generate a month of realistic YOLOv9 work: weekly retrains, experiments, nightly inference, exports."""
+        from scheduler.simulation.traces import main as generate
+
+        argv = ["--seed", str(seed), "--month", month, "--teams", str(teams), "--out", str(out_file),
+                "--family", family]
+        if jobs is not None:
+            argv += ["--jobs", str(jobs)]
+        if reclaim_scale is not None:
+            argv += ["--reclaim-scale", reclaim_scale]
+        with cli_progress.Bar(err, f"trace {month}: team streams", 3 * teams,
+                              enabled=cli_progress.wanted(progress, err)) as bar:
+            code = generate(argv, progress=lambda done, total: bar.update(done, total))
+        raise typer.Exit(code)
+
+    @trace_app.command("export")
+    def trace_export(
+        month: str = typer.Option(..., help="the month whose submitted jobs to write, e.g. 2026-11 (UTC)"),
+        out_file: Optional[Path] = typer.Option(None, "--out", help="where to write the trace (.jsonl, or .jsonl.gz; "
+                                                "default trace-MONTH.jsonl)"),
+    ) -> None:
+        """Write the store's jobs of a month as a trace, to replay your own month with `gpusched simulate`."""
+        from scheduler.simulation.trace_export import export_trace
+        from scheduler.simulation.trace_file import dump_trace
+        from scheduler.store.database import Store
+
+        settings = _settings()
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = Store(settings.db_url)
+        store.migrate()
+        try:
+            entries = export_trace(store, month)
+        finally:
+            store.dispose()
+        path = out_file or Path(f"trace-{month}.jsonl")
+        dump_trace(entries, path)
+        out.print(f"{len(entries)} job(s) submitted in {month} written to {path}")
+        out.print(f"replay them with: gpusched simulate --trace {path}", highlight=False)
+
+    @app.command()
+    def simulate(
+        trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
+        policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like"),
+        seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
+        output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
+        explain: Optional[Path] = typer.Option(None, help="write every failed, late or unfinished job with its "
+                                               "cause here (CSV)"),
+        lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
+        tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
+                                           "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
+        progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                                help="a progress bar on stderr [default: when stderr is a terminal]"),
+    ) -> None:
+        """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary.
+
+        The summary JSON goes to stdout; the fair score (what the bill bought) and why jobs failed or
+        were late go to stderr as a table, after a progress bar while it runs (on a terminal).
+        """
+        from providers.catalog import load_catalog
+        from scheduler.logs import configure_logging
+        from scheduler.settings import Settings
+        from scheduler.simulation.fair_score import write_explain_csv
+        from scheduler.simulation.simulate import POLICIES, Submission
+        from scheduler.simulation.simulate import simulate as run_simulation
+        from scheduler.simulation.trace_file import load_trace_market
+
+        if policy not in POLICIES:
+            raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+        if output is not None:  # before the month is simulated, not after
+            if output.is_dir():
+                raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
+            _writable_folder(output.parent, "the folder of --output")
+        configure_logging("console", "warning")
+        entries, market = load_trace_market(trace)
+        if not market.is_catalog:
+            err.print(f"market: {market.describe()}", highlight=False)
+        subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
+        settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
+        bound = None
+        if lower_bound:
+            from scheduler.simulation.lower_bound import lower_bound as solve_lower_bound
+
+            bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
+        with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
+            summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
+                                     progress=bar.update, market=market)
+        text = summary.to_json()
+        if output:
+            try:
+                output.write_text(text + "\n")
+            except OSError as exc:
+                raise UserError(f"cannot write --output {output}: {exc.strerror or type(exc).__name__}",
+                                fix="give --output a file path in a folder this user can write") from None
+        if explain:
+            write_explain_csv(summary.explained, explain)
+        sys.stdout.write(text + "\n")
+        _print_fair_score(summary, err)
+
+
+class _SimProgress:
+    """``gpusched simulate``'s progress bar (rich): jobs submitted out of the trace's, the simulated day
+    and ticks; once every job is in, the run goes on until the last ones end. Redrawn at most 4 times a
+    second whatever the tick rate, and nothing at all when disabled."""
+
+    def __init__(self, console: Console, policy: str, jobs: int, *, enabled: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                             console=console, disable=not enabled, refresh_per_second=4, transient=False)
+        self._task = self._bar.add_task(f"simulate {policy}: jobs submitted", total=jobs, status="")
+        self._start: datetime | None = None
+
+    def __enter__(self) -> _SimProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def update(self, p: SimRunProgress) -> None:
+        if self._start is None:
+            self._start = p.now
+        day = (p.now - self._start).total_seconds() / 86400
+        waiting = "" if p.submitted < p.jobs else ", finishing the last jobs"
+        self._bar.update(self._task, completed=p.submitted,
+                         status=f"day {day:.1f}, {p.ticks:,} ticks{waiting}")
+
+
+def _print_fair_score(summary, err: Console) -> None:
+    """The fair score as a two-column table (it fits a narrow terminal), then the causes of failures."""
+    from scheduler.simulation.outcomes import REASONS
+
+    f, cur = summary.fair_score, summary.currency
+
+    def split(n: int, unavoidable: int | None) -> str:
+        return f"{n} ({unavoidable} no schedule can avoid)" if unavoidable is not None else str(n)
+
+    table = Table(title=f"{summary.policy}: what the bill bought")
+    table.add_column("")
+    table.add_column(cur, justify="right")
+    rows = [
+        ("total", f"{summary.total_cost:,}"),
+        ("work done on time", f"{f.cost_completed_on_time:,}"),
+        ("work failed, late or unfinished", f"{f.cost_failed_or_late:,}"),
+        ("idle machines", f"{f.cost_idle:,}"),
+        ("per GPU-hour done on time", f"{f.cost_per_completed_gpu_hour:.2f}"
+         if f.cost_per_completed_gpu_hour is not None else "-"),
+        ("GPU-hours done on time", f"{f.completed_gpu_hours:,} of {f.work_gpu_hours:,}"),
+        ("deadline misses", split(summary.deadline_misses, f.misses_unavoidable)),
+        ("failed", split(summary.failed, f.failed_unavoidable)),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    err.print(table)
+    for reason, n in f.why_failed_or_late.items():
+        err.print(f"  {n:>5}  {reason}: {REASONS[reason]}", highlight=False)
