@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import IntEnum
 from typing import NamedTuple
@@ -264,6 +264,9 @@ class CandidateBook:
         self.market = market
         self.taken: dict[int, str] = {}  # slot index -> the job it went to
         self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
+        # A fixed-offset ``now`` (``datetime.timezone``) lets deadlines join its zone object (``in_now_zone``).
+        self._now_zone = now.tzinfo if type(now.tzinfo) is timezone else None
+        self._margins: dict[timedelta, timedelta] = {}
         self.rate, self.hourly = market.rate, market.hourly
         # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
         # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
@@ -304,6 +307,29 @@ class CandidateBook:
                     got = got + list(bundles.values())
             self._matching[f] = got
         return got
+
+    def in_now_zone(self, dt: datetime) -> datetime:
+        """``dt``, the same instant, in ``now``'s time zone object when both zones are fixed offsets.
+
+        Python compares and subtracts aware datetimes of one zone object field by field, but asks both
+        zones for their offsets when the objects differ, even equal ones (a job's deadline is parsed with
+        its own): ~5x the time, and a job's deadline meets every candidate's finish. With fixed offsets
+        both ways give the same answers; other zones are left alone (field by field is wall-clock
+        arithmetic there)."""
+        zone = self._now_zone
+        if zone is None or dt.tzinfo is zone or type(dt.tzinfo) is not timezone:
+            return dt
+        return dt.astimezone(zone)
+
+    def margin(self, deadline: datetime) -> timedelta:
+        """The deadline's safety margin: ``deadline_safety`` of the time left until it (none once past).
+        One per distinct time left: jobs submitted together with the same relative deadline share it, and
+        a timedelta times a float is among the slowest things a job's scoring does."""
+        left = deadline - self.now
+        m = self._margins.get(left)
+        if m is None:
+            m = self._margins[left] = self.policy.deadline_safety * max(left, timedelta(0))
+        return m
 
     def more(self, extra: Decimal) -> str:
         """A feasible runner-up's why: ``extra`` more than the choice (to the cent, policy currency)."""

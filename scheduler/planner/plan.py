@@ -221,7 +221,7 @@ class _Planning:
         if feasible and choice is not None:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
         else:
-            blockers = s.blockers(mem, self.job, self.book)
+            blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
         hours, interruptions = t.shown
         return built(Option, {**mem.option_fields, "est_hours": hours, "price_per_hour": s.hourly,
@@ -396,7 +396,7 @@ def _refusal(p: _Planning, first: Pick) -> str:
     if all(t.est_blocker is not None for t, _ in bundles):  # nothing fits or can be estimated
         scored = p.ranking.scored
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
-            return f"cannot estimate the job: {first.scored.blockers(first.member, job, p.book)[-1].text}"
+            return f"cannot estimate the job: {first.scored.blockers(first.member, p.scorer)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
         fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
         return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
@@ -418,9 +418,9 @@ def _deadline_refusal(p: _Planning) -> str:
     # ``needed`` is computed once, not again for every heap entry ``best`` looks at.
     fastest = {t for t, need in zip(timings, needs, strict=True) if need == soonest}
     s, mem, _ = p.ranking.best(fastest.__contains__)
-    job = p.job
-    assert job.deadline_at is not None
-    finish, deadline = s.timing.finish, job.deadline_at
+    deadline = p.scorer.deadline
+    assert deadline is not None
+    finish = s.timing.finish
     if finish > deadline:
         when = f"{_hours(finish - deadline)} after the deadline"
     else:

@@ -141,8 +141,9 @@ class Timing:
             self._needed = need
         return self._needed
 
-    def late_blocker(self, deadline: datetime, now: datetime, safety: float) -> Blocker:
-        """The deadline blocker's text (formatting is the slow part, so only for options shown)."""
+    def late_blocker(self, deadline: datetime, margin: timedelta) -> Blocker:
+        """The deadline blocker's text (formatting is the slow part, so only for options shown); ``margin``:
+        the deadline's safety margin (``CandidateBook.margin``)."""
         if self._late_blocker is None:
             if self.late == "spot_risk":
                 assert self.worst is not None
@@ -151,7 +152,6 @@ class Timing:
             elif self.finish > deadline:
                 text = f"misses deadline by {fmt_hours(self.finish - deadline)}"
             else:
-                margin = safety * max(deadline - now, timedelta(0))
                 text = (f"finishes {fmt_hours(deadline - self.finish)} before the deadline, "
                         f"inside the {fmt_hours(margin)} safety margin")
             assert self.late is not None
@@ -177,8 +177,8 @@ class Scored:
     taken_by: str | None = None  # fleet slot held for another job
     runs: RankedLines = ()  # the members by rank
 
-    def blockers(self, mem: Member, job: PlanJob, book: CandidateBook) -> list[Blocker]:
-        """In the order the planner has always listed them (they join into ``Option.why``)."""
+    def blockers(self, mem: Member, sc: Scorer) -> list[Blocker]:
+        """In the order the planner has always listed them (they join into ``Option.why``); ``sc``: the job's."""
         out: list[Blocker] = []
         if mem.sold_out:
             out.append(Blocker("stock", "sold out"))
@@ -191,13 +191,13 @@ class Scored:
             out.append(t.est_blocker)
             return out
         if t.late is not None:
-            assert job.deadline_at is not None
-            out.append(t.late_blocker(job.deadline_at, book.now, book.policy.deadline_safety))
+            assert sc.deadline is not None and sc.margin is not None
+            out.append(t.late_blocker(sc.deadline, sc.margin))
         if self.reservation:
             assert self.group.until is not None
             out.append(Blocker("reservation", f"reservation ends {fmt_time(self.group.until)}, "
                                               "before the expected finish"))
-        budget = job.spec.policy.budget
+        budget = sc.job.spec.policy.budget
         if self.over_budget:
             assert budget is not None and self.budget_total is not None
             total = Money(amount=self.budget_total, currency=budget.currency)
@@ -235,11 +235,14 @@ class Scorer:
         self._figures: OnSetup | None = None  # perf.figures_for this job, once it is needed
         self._timings: dict[int, Timing] = {}
         self._scored: dict[int, Scored] = {}  # by Group.index (a dict: most jobs score a few of ~260 groups)
-        deadline = self._deadline = job.deadline_at
+        # The job's deadline (in the zone object ``now`` has, ``CandidateBook.in_now_zone``), its safety
+        # margin, and the cutoff: a finish after it leaves less than deadline_safety of the remaining time spare.
+        self.deadline = self.margin = self._cutoff = None
+        if job.deadline_at is not None:
+            deadline = self.deadline = book.in_now_zone(job.deadline_at)
+            self.margin = book.margin(deadline)
+            self._cutoff = deadline - self.margin
         self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
-        # A finish after this leaves less than deadline_safety of the remaining time spare.
-        self._cutoff = None if deadline is None else \
-            deadline - book.policy.deadline_safety * max(deadline - book.now, timedelta(0))
         spec = job.spec
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -347,7 +350,7 @@ class Scorer:
         if type(est) is str or not est.fits or not _isfinite(est.hours):  # type: ignore[union-attr]
             return self._cannot_run(g, est, start)
         assert type(est) is Figures
-        deadline = self._deadline
+        deadline = self.deadline
         h = base = est.hours
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
