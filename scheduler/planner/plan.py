@@ -281,7 +281,7 @@ def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Flee
     book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured, market)
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
-    for job in sorted(jobs, key=_planning_order):
+    for job in sorted(jobs, key=lambda job: _planning_order(job, book.in_now_zone)):
         decision, slot = _decide(_Planning(job, book), alternatives)
         budget = (team_budgets or {}).get(job.spec.team)
         if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
@@ -311,9 +311,11 @@ def _within_team_budget(d: Decision, team: str, budget: TeamBudget, left: dict[s
     return d.model_copy(update={"action": "wait", "choice": None, "reason": reason}), False
 
 
-def _planning_order(job: PlanJob) -> tuple:
-    deadline = job.deadline_at
-    return (-job.spec.policy.priority, deadline is None, deadline or job.submitted_at, job.submitted_at, job.id)
+def _planning_order(job: PlanJob, zone: Callable[[datetime], datetime]) -> tuple:
+    """``zone``: ``CandidateBook.in_now_zone``, the same instants, compared faster."""
+    deadline, submitted = job.deadline_at, zone(job.submitted_at)
+    return (-job.spec.policy.priority, deadline is None, submitted if deadline is None else zone(deadline), submitted,
+            job.id)
 
 
 # --- decisions --------------------------------------------------------------------
