@@ -124,6 +124,7 @@ class Group:
     est_keys: tuple[int, int] = (0, 0)
     timing_keys: tuple[int, int] = (0, 0)  # each x capacity x reclaim rate x warm start
     hourly: dict[int, Money] = field(default_factory=dict)  # nodes -> price of all nodes, policy currency
+    hourly_f: dict[int, float] = field(default_factory=dict)  # the same amounts as floats (``rank._floor_cents``)
     runs: Runs = _NO_RUNS
 
 
@@ -194,6 +195,13 @@ class Market:
         if r is None:
             r = self._rates[(src, dst)] = self.policy.fx.rate(src, dst)
         return r
+
+    def hourly_f(self, g: Group, nodes: int) -> float:
+        """``hourly``'s amount as a float (for a lower bound only: ``rank._floor_cents``)."""
+        f = g.hourly_f.get(nodes)
+        if f is None:
+            f = g.hourly_f[nodes] = float(self.hourly(g, nodes).amount)
+        return f
 
     def hourly(self, g: Group, nodes: int) -> Money:
         """All nodes' hourly price in the policy currency (``cost.hourly``), once per group and node count."""
@@ -267,7 +275,7 @@ class CandidateBook:
         # A fixed-offset ``now`` (``datetime.timezone``) lets deadlines join its zone object (``in_now_zone``).
         self._now_zone = now.tzinfo if type(now.tzinfo) is timezone else None
         self._margins: dict[timedelta, timedelta] = {}
-        self.rate, self.hourly = market.rate, market.hourly
+        self.rate, self.hourly, self.hourly_f = market.rate, market.hourly, market.hourly_f
         # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
         # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
         self._money: dict[str, Money] = {}
