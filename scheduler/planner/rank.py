@@ -55,6 +55,7 @@ _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; 
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 _HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (``Prefix.cents``)
 _isfinite = math.isfinite
+_on_spot = cost.on_spot
 # ``timedelta(hours=h)`` is ``_td(0, 0, 0, 0, 0, h)`` (days, seconds, microseconds, milliseconds, minutes, hours),
 # to the microsecond: the zeros add nothing to what the hours leave over for rounding. Positional arguments
 # take half the time of the keyword, and a job's timings make two each.
@@ -258,6 +259,9 @@ class Scorer:
             self.margin = book.margin(deadline)
             self._cutoff = deadline - self.margin
         self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
+        policy = book.policy
+        # Read once per job, not per timing (``naive_spot`` is a property).
+        self._restart_hours, self._spot_risk = policy.restart_hours, not policy.naive_spot
         spec = job.spec
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -371,19 +375,18 @@ class Scorer:
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
         if g.capacity is _SPOT:
             checkpoint = est.epoch_hours if self._resumes else None  # else it restarts from scratch
-            n, h, bad = cost.on_spot(base, g.rate, self._nodes, checkpoint, book.policy.restart_hours)
+            n, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
             if deadline is not None:
                 worst_at = start + _td(0, 0, 0, 0, 0, bad)
         finish = start + _td(0, 0, 0, 0, 0, h)  # timedelta(hours=h), in half the time
         late: Literal["deadline", "spot_risk"] | None = None
         if deadline is not None:
-            assert self._cutoff is not None
             # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
             # plus once more late in the run) by the deadline itself. The safety margin covers estimate
             # error; this net covers interruption bad luck.
-            if finish > self._cutoff:
+            if finish > self._cutoff:  # type: ignore[operator]  # set whenever the deadline is
                 late = "deadline"
-            elif worst_at is not None and not book.policy.naive_spot and worst_at > deadline:
+            elif worst_at is not None and self._spot_risk and worst_at > deadline:
                 late = "spot_risk"
         # Decimal hours are made when a cost is (``Timing.hours_dec``): a refusal times every bundle, costs few.
         return Timing(g.capacity, None, h, n, None, start, finish, late, worst_at, est.physical_batch)
@@ -469,7 +472,7 @@ class Scorer:
             c = self._cost(g, t)
             prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, t.finish, g.provider, g.region))
         c = prefix.cost
-        s = Scored(g, t, self.book.hourly(g, self._nodes), c, prefix)
+        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), c, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
@@ -482,6 +485,9 @@ class Scorer:
             s.taken_by = self.book.taken.get(g.slot)
         elif self.job.avoid:
             s.avoided = frozenset(mem for mem in g.members if mem.avoid_key in self.job.avoid)
+        elif not s.structural:
+            s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
+            return s
         s.runs = s._runs()
         return s
 
