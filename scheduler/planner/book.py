@@ -278,8 +278,8 @@ class CandidateBook:
         self.rate, self.hourly, self.hourly_f = market.rate, market.hourly, market.hourly_f
         # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
         # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
-        self._money: dict[str, Money] = {}
-        self._more: dict[str, str] = {}
+        self._money: dict[int | str, Money] = {}  # by cents (not 0), or by text
+        self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
@@ -339,17 +339,19 @@ class CandidateBook:
             m = self._margins[left] = self.policy.deadline_safety * max(left, timedelta(0))
         return m
 
-    def more(self, extra: Decimal) -> str:
-        """A feasible runner-up's why: ``extra`` more than the choice (to the cent, policy currency)."""
-        key = str(extra)
-        text = self._more.get(key)
+    def more(self, cents: int, cost: Decimal, best: Decimal) -> str:
+        """A feasible runner-up's why: ``cost`` is ``cents`` (> 0) more than the choice's ``best`` (costs to the
+        cent, policy currency: their difference is ``cents`` hundredths, and prints alike whatever the costs)."""
+        text = self._more.get(cents)
         if text is None:
-            text = self._more[key] = f"feasible; {self.money(extra)} more"
+            text = self._more[cents] = f"feasible; {self.money(cost - best)} more"
         return text
 
-    def money(self, cost: Decimal) -> Money:
-        """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs."""
-        key = str(cost)  # not the Decimal: 0.00 == -0.00, but they print differently (and see ``_money``)
+    def money(self, cost: Decimal, cents: int = 0) -> Money:
+        """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs.
+        ``cents``: ``cost`` in cents when the caller has them (``rank.Prefix.cents``), a faster key."""
+        # Not the Decimal: 0.00 == -0.00, but they print differently (and see ``_money``); nor 0 cents.
+        key: int | str = cents or str(cost)
         m = self._money.get(key)
         if m is None:
             m = self._money[key] = Money(amount=cost, currency=self.policy.currency)

@@ -220,20 +220,22 @@ class _Planning:
         t, feasible = s.timing, rank is _FEASIBLE
         if feasible and choice is not None:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
+        elif s.late_only and not mem.sold_out:  # most blocked options: just late (a job past its deadline)
+            why = s.blockers(mem, self.scorer)[0].text
         else:
             blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
         hours, interruptions = t.shown
         return built(Option, {**mem.option_fields, "est_hours": hours, "price_per_hour": s.hourly,
-                              "est_cost": self.book.money(s.cost), "finish_by": t.finish,
+                              "est_cost": self.book.money(s.cost, s.prefix.cents), "finish_by": t.finish,
                               "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
                               "feasible": feasible, "why": why})
 
     def _versus(self, s: Scored, best: Scored) -> str:
         """A feasible runner-up's why: what it costs more than the choice, or when it finishes."""
-        extra = s.cost - best.cost
+        extra = s.prefix.cents - best.prefix.cents
         if extra > 0:
-            return self.book.more(extra)
+            return self.book.more(extra, s.cost, best.cost)
         later = (s.timing.finish - best.timing.finish).total_seconds() / 3600
         return f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
 

@@ -192,6 +192,7 @@ class Scored:
     avoided: frozenset[Member] = frozenset()  # members the job avoids (recently out of capacity)
     taken_by: str | None = None  # fleet slot held for another job
     runs: RankedLines = ()  # the members by rank
+    late_only: bool = False  # the timing's deadline blocker is the group's only one (a member may be sold out)
 
     def blockers(self, mem: Member, sc: Scorer) -> list[Blocker]:
         """In the order the planner has always listed them (they join into ``Option.why``); ``sc``: the job's."""
@@ -286,13 +287,18 @@ class Scorer:
         nodes, floor_cents = self._nodes, _floor_cents
         base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
+        resumes, restart = self._resumes, self._restart_hours
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
-                hours: float | Literal[False] | None = base.get(g.est_keys[by_gpu], False)
+                key = g.est_keys[by_gpu]
+                hours: float | Literal[False] | None = base.get(key, False)
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
+                    if g.capacity is _SPOT:  # the expected hours ``_time`` will give it: a tighter floor
+                        epoch = cast(Figures, self._estimates[key]).epoch_hours
+                        hours = _on_spot(hours, g.rate, nodes, epoch if resumes else None, restart)[1]
                     hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
                     floor: Floor = (True, floor_cents(hourly, hours))  # new machines, at least this
                     heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
@@ -481,10 +487,13 @@ class Scorer:
                 s.budget_total = self._budget_total(c)
                 s.over_budget = s.budget_total > self._budget.amount
             s.structural = t.late is not None or s.reservation or s.over_budget
+            s.late_only = t.late is not None and not s.reservation and not s.over_budget
         if g.slot is not None:
             s.taken_by = self.book.taken.get(g.slot)
+            s.late_only = s.late_only and s.taken_by is None
         elif self.job.avoid:
             s.avoided = frozenset(mem for mem in g.members if mem.avoid_key in self.job.avoid)
+            s.late_only = s.late_only and not s.avoided
         elif not s.structural:
             s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
             return s
