@@ -287,7 +287,6 @@ class Scorer:
         nodes, floor_cents = self._nodes, _floor_cents
         base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-        resumes, restart = self._resumes, self._restart_hours
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
@@ -296,9 +295,6 @@ class Scorer:
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
-                    if g.capacity is _SPOT:  # the expected hours ``_time`` will give it: a tighter floor
-                        epoch = cast(Figures, self._estimates[key]).epoch_hours
-                        hours = _on_spot(hours, g.rate, nodes, epoch if resumes else None, restart)[1]
                     hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
                     floor: Floor = (True, floor_cents(hourly, hours))  # new machines, at least this
                     heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
