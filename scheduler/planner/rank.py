@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal, NamedTuple, cast, final
+from typing import Literal, NamedTuple, final
 
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
@@ -284,7 +284,7 @@ class Scorer:
         book = self.book
         matching, heap = book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        nodes, floor_cents = self._nodes, _floor_cents
+        nodes, floor, below = self._nodes, _math_floor, _CENTS_UNDER
         base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
         for bundle in matching:
@@ -296,8 +296,8 @@ class Scorer:
                     hours = self._base_hours(g)
                 if hours is not None:
                     hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
-                    floor: Floor = (True, floor_cents(hourly, hours))  # new machines, at least this
-                    heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
+                    least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
+                    heap.append(_new(Placeholder, (best, least, (), -1 - g.index, bundle)))
                     continue
             t = self._timing(g)
             for g in bundle:
@@ -465,7 +465,7 @@ class Scorer:
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
-        total = c * cast(Decimal, self._budget_rate)  # set in __init__ whenever _budget is, and only then called
+        total = c * self._budget_rate  # type: ignore[operator]  # set in __init__ whenever _budget is (only then called)
         return total if self._spent is None else total + self._spent
 
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
@@ -529,10 +529,10 @@ def _floor_cents(hourly: float, hours: float) -> int:
     below the product. ``hourly`` and ``hours`` are the floats nearest those, so the float product (x 100) is
     within 1e-15 of the exact one, relatively: 1e-12 less is below it, and so are its whole cents. A
     placeholder only needs a lower bound (it is expanded a little early at worst), and most never are."""
-    return _math_floor(hourly * hours * 100.0 * _UNDER)
+    return _math_floor(hourly * hours * _CENTS_UNDER)
 
 
-_UNDER = 1 - 1e-12
+_CENTS_UNDER = 100.0 * (1 - 1e-12)  # x 100 (cents), less 1e-12 (``_floor_cents``)
 _math_floor = math.floor
 
 
@@ -608,7 +608,8 @@ class Ranking:
         """Every candidate, best first (a fresh iteration each call)."""
         heap, sc = self._walk(), self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle, leave a line on top
+            # _walk, then _settle, leave a line on top (no ``cast``: a call each candidate walked)
+            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
             ms = line.members
             yield _new(Pick, (sc.scored(g, t, prefix), ms[i], r))
             i += 1
@@ -629,7 +630,8 @@ class Ranking:
             return []
         heap, out, sc = self._walk(), [], self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle below, leave a line on top
+            # _walk, then _settle below, leave a line on top (no ``cast``: a call each candidate walked)
+            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
@@ -673,7 +675,7 @@ class Ranking:
         self._settle(self._heap)
         if not self._heap:
             return None
-        r, prefix, _, _, line, g, t = cast(Entry, self._heap[0])  # settled: a candidate's line on top
+        r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
         return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
 
 
