@@ -13,7 +13,8 @@ What a candidate costs is ``planner.cost``'s formula; this module only times,
 checks and orders.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
-heap as one ``Placeholder``, costed from the estimate alone, and is timed and
+heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
+(``_floor_cents``: no Decimal for a bundle never reached), and is timed and
 priced group by group only when the ranking reaches it (``Ranking._expand``);
 most bundles of most jobs never are. Only the few candidates a decision shows get a full
 ``Scored`` (new machines for a job that avoids nothing rank from their cost
@@ -22,7 +23,8 @@ relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
-first, expected cost, warm first, finish, then the candidate's identity (provider,
+first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
+faster), warm first, finish, then the candidate's identity (provider,
 region, zone, type, capacity, source, instance, gpu, count), then input order
 (offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
 Prefix, book.Tail)``.
@@ -542,10 +544,12 @@ class Placeholder(NamedTuple):
     reaches it (``Ranking._expand``): most decisions show a few cheap bundles, and never read the others'
     numbers.
 
-    It sorts before every candidate of its bundle: the rank they can have at best and the cheapest group's
-    cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours, which reclaims only
-    add to; each step of ``cost.expected_cost`` keeps that order. Its order is negative, below every
-    ``Entry.pos``, and distinct per placeholder, so keys never tie and ``bundle`` is never compared.
+    It sorts before every candidate of its bundle: the rank they can have at best and whole cents at or below
+    the cheapest group's cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours,
+    which reclaims only add to (``_floor_cents``); each step of ``cost.expected_cost`` keeps that order. A
+    floor below a candidate's cost only expands the bundle earlier: the order of candidates is the same. Its
+    order is negative, below every ``Entry.pos``, and distinct per placeholder, so keys never tie and
+    ``bundle`` is never compared.
     """
 
     rank: Rank  # the best its candidates can have: FEASIBLE, or BLOCKED once the deadline has passed
