@@ -61,7 +61,7 @@ from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Pick, Scored, Scorer
+from scheduler.planner.rank import Pick, Scored, Scorer, Timing
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
@@ -414,13 +414,8 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 
 def _deadline_refusal(p: _Planning) -> str:
-    now, safety = p.book.now, p.book.policy.deadline_safety
-    timings = [t for t, _ in p.ranking.bundles if t.est_blocker is None]
-    needs = [t.needed(now, safety) for t in timings]
-    soonest = min(needs)
-    # The timings that meet the soonest deadline, by identity (``Timing`` compares so): each bundle's
-    # ``needed`` is computed once, not again for every heap entry ``best`` looks at.
-    fastest = {t for t, need in zip(timings, needs, strict=True) if need == soonest}
+    soonest, fastest = _soonest([t for t, _ in p.ranking.bundles if t.est_blocker is None], p.book.now,
+                                p.book.policy.deadline_safety)
     s, mem, _ = p.ranking.best(fastest.__contains__)
     deadline = p.scorer.deadline
     assert deadline is not None
@@ -431,6 +426,29 @@ def _deadline_refusal(p: _Planning) -> str:
         when = f"inside the {p.book.policy.deadline_safety:.0%} safety margin before the deadline"
     fix = [f"move the deadline to {_fmt_time(_ceil_minute(soonest))} or later", *_relaxation_hints(p)]
     return f"fastest option ({_pick_label(s, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
+
+
+def _soonest(timings: list[Timing], now: datetime, safety: float) -> tuple[datetime, set[Timing]]:
+    """The earliest deadline any of ``timings`` meets (``Timing.needed``), and the timings that meet it, by
+    identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
+
+    A timing's ``needed`` is at or after its finish and its bad case: both are at or after ``now``, and the
+    safety margin only adds to what is left until them. So, looked at by the later of the two, earliest
+    first, a timing whose later one is past the soonest deadline found cannot meet it, nor can any after
+    it: their ``needed`` (a timedelta divided by a float, the slow part of a refusal) is never computed."""
+    soonest: datetime | None = None
+    fastest: set[Timing] = set()
+    for low, _, t in sorted((t.finish if t.worst is None else max(t.finish, t.worst), i, t)
+                            for i, t in enumerate(timings)):
+        if soonest is not None and low > soonest:
+            break
+        need = t.needed(now, safety)
+        if soonest is None or need < soonest:
+            soonest, fastest = need, {t}
+        elif need == soonest:
+            fastest.add(t)
+    assert soonest is not None  # a deadline refusal has a timing that can run
+    return soonest, fastest
 
 
 def _budget_refusal(p: _Planning, over: list[Scored]) -> str:

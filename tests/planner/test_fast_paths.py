@@ -2,7 +2,8 @@
 
 ``rank._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
 above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
-``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was.
+``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``
+must find the soonest deadline computing every ``Timing.needed`` finds.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
+from scheduler.models import Capacity
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
 from scheduler.planner.inputs import PlanJob, PlannerPolicy
-from scheduler.planner.plan import plan
-from scheduler.planner.rank import _floor_cents
+from scheduler.planner.plan import _soonest, plan
+from scheduler.planner.rank import Timing, _floor_cents
 from tests.planner.test_planner import make_job, make_offer
 
 
@@ -84,3 +86,24 @@ def test_decisions_are_the_same_whatever_zone_the_deadlines_are_given_in() -> No
     plans = [[d.model_dump_json() for d in plan(at(z), offers, [], now, PlannerPolicy())] for z in zones]  # type: ignore[arg-type]
     assert all(p == plans[0] for p in plans[1:])
     assert {d.split('"action":"')[1].split('"')[0] for d in plans[0]} >= {"launch", "refuse"}
+
+
+def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
+    """``plan._soonest`` computes ``needed`` only for timings that can meet the soonest deadline: it finds
+    what computing every one finds, ties included."""
+    rng = random.Random(5)
+    now = datetime(2026, 12, 1, 8, 0, tzinfo=timezone(timedelta(hours=8)))
+    for case in range(400):
+        timings = []
+        for _ in range(rng.randint(1, 14)):
+            start = now + rng.choice((timedelta(0), timedelta(hours=0.05)))
+            finish = start + timedelta(microseconds=rng.choice((rng.randrange(10**10), 3 * 10**9, 3 * 10**9 + 1)))
+            spot = rng.random() < 0.5
+            worst = finish + timedelta(microseconds=rng.randrange(2 * 10**9)) if spot else None
+            timings.append(Timing(Capacity.spot if spot else Capacity.on_demand, None, 1.0, 0.0, None, start, finish,
+                                  "deadline", worst, None))
+        safety = rng.choice((0.0, 0.1, 0.25, 0.9))
+        needs = [t.needed(now, safety) for t in timings]
+        soonest, fastest = _soonest(timings, now, safety)
+        assert soonest == min(needs), case
+        assert fastest == {t for t, need in zip(timings, needs, strict=True) if need == soonest}, case
