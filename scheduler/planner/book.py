@@ -276,9 +276,10 @@ class CandidateBook:
         self._now_zone = now.tzinfo if type(now.tzinfo) is timezone else None
         self._margins: dict[timedelta, timedelta] = {}
         self.rate, self.hourly, self.hourly_f = market.rate, market.hourly, market.hourly_f
-        # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
-        # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
-        self._money: dict[int | str, Money] = {}  # by cents (not 0), or by text
+        # Keyed by whole cents (an int), or by the amount's text for 0: hashing a Decimal costs ~10x its
+        # str() (CPython computes it from the digits every time, for each new object), and the text tells
+        # 0.00 from -0.00 as the Money prints.
+        self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
