@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import IntEnum
 from typing import NamedTuple
@@ -124,6 +124,7 @@ class Group:
     est_keys: tuple[int, int] = (0, 0)
     timing_keys: tuple[int, int] = (0, 0)  # each x capacity x reclaim rate x warm start
     hourly: dict[int, Money] = field(default_factory=dict)  # nodes -> price of all nodes, policy currency
+    hourly_f: dict[int, float] = field(default_factory=dict)  # the same amounts as floats (``rank._floor_cents``)
     runs: Runs = _NO_RUNS
 
 
@@ -195,6 +196,13 @@ class Market:
             r = self._rates[(src, dst)] = self.policy.fx.rate(src, dst)
         return r
 
+    def hourly_f(self, g: Group, nodes: int) -> float:
+        """``hourly``'s amount as a float (for a lower bound only: ``rank._floor_cents``)."""
+        f = g.hourly_f.get(nodes)
+        if f is None:
+            f = g.hourly_f[nodes] = float(self.hourly(g, nodes).amount)
+        return f
+
     def hourly(self, g: Group, nodes: int) -> Money:
         """All nodes' hourly price in the policy currency (``cost.hourly``), once per group and node count."""
         h = g.hourly.get(nodes)
@@ -264,11 +272,15 @@ class CandidateBook:
         self.market = market
         self.taken: dict[int, str] = {}  # slot index -> the job it went to
         self.start_new = cost.start(now, policy.boot_hours, warm=False)  # a warm machine starts at ``now``
-        self.rate, self.hourly = market.rate, market.hourly
-        # Keyed by the amount's text: hashing a Decimal costs ~10x its str() (CPython computes it from the
-        # digits every time, for each new object), and the text tells 0.00 from -0.00 as the Money prints.
-        self._money: dict[str, Money] = {}
-        self._more: dict[str, str] = {}
+        # A fixed-offset ``now`` (``datetime.timezone``) lets deadlines join its zone object (``in_now_zone``).
+        self._now_zone = now.tzinfo if type(now.tzinfo) is timezone else None
+        self._margins: dict[timedelta, timedelta] = {}
+        self.rate, self.hourly, self.hourly_f = market.rate, market.hourly, market.hourly_f
+        # Keyed by whole cents (an int), or by the amount's text for 0: hashing a Decimal costs ~10x its
+        # str() (CPython computes it from the digits every time, for each new object), and the text tells
+        # 0.00 from -0.00 as the Money prints.
+        self._money: dict[int | str, Money] = {}
+        self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
@@ -305,17 +317,42 @@ class CandidateBook:
             self._matching[f] = got
         return got
 
-    def more(self, extra: Decimal) -> str:
-        """A feasible runner-up's why: ``extra`` more than the choice (to the cent, policy currency)."""
-        key = str(extra)
-        text = self._more.get(key)
+    def in_now_zone(self, dt: datetime) -> datetime:
+        """``dt``, the same instant, in ``now``'s time zone object when both zones are fixed offsets.
+
+        Python compares and subtracts aware datetimes of one zone object field by field, but asks both
+        zones for their offsets when the objects differ, even equal ones (a job's deadline is parsed with
+        its own): ~5x the time, and a job's deadline meets every candidate's finish. With fixed offsets
+        both ways give the same answers; other zones are left alone (field by field is wall-clock
+        arithmetic there)."""
+        zone = self._now_zone
+        if zone is None or dt.tzinfo is zone or type(dt.tzinfo) is not timezone:
+            return dt
+        return dt.astimezone(zone)
+
+    def margin(self, deadline: datetime) -> timedelta:
+        """The deadline's safety margin: ``deadline_safety`` of the time left until it (none once past).
+        One per distinct time left: jobs submitted together with the same relative deadline share it, and
+        a timedelta times a float is among the slowest things a job's scoring does."""
+        left = deadline - self.now
+        m = self._margins.get(left)
+        if m is None:
+            m = self._margins[left] = self.policy.deadline_safety * max(left, timedelta(0))
+        return m
+
+    def more(self, cents: int, cost: Decimal, best: Decimal) -> str:
+        """A feasible runner-up's why: ``cost`` is ``cents`` (> 0) more than the choice's ``best`` (costs to the
+        cent, policy currency: their difference is ``cents`` hundredths, and prints alike whatever the costs)."""
+        text = self._more.get(cents)
         if text is None:
-            text = self._more[key] = f"feasible; {self.money(extra)} more"
+            text = self._more[cents] = f"feasible; {self.money(cost - best)} more"
         return text
 
-    def money(self, cost: Decimal) -> Money:
-        """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs."""
-        key = str(cost)  # not the Decimal: 0.00 == -0.00, but they print differently (and see ``_money``)
+    def money(self, cost: Decimal, cents: int = 0) -> Money:
+        """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs.
+        ``cents``: ``cost`` in cents when the caller has them (``rank.Prefix.cents``), a faster key."""
+        # Not the Decimal: 0.00 == -0.00, but they print differently (and see ``_money``); nor 0 cents.
+        key: int | str = cents or str(cost)
         m = self._money.get(key)
         if m is None:
             m = self._money[key] = Money(amount=cost, currency=self.policy.currency)

@@ -61,7 +61,7 @@ from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Pick, Scored, Scorer
+from scheduler.planner.rank import Pick, Scored, Scorer, Timing
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
@@ -220,20 +220,22 @@ class _Planning:
         t, feasible = s.timing, rank is _FEASIBLE
         if feasible and choice is not None:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
+        elif s.late_only and not mem.sold_out:  # most blocked options: just late (a job past its deadline)
+            why = s.blockers(mem, self.scorer)[0].text
         else:
-            blockers = s.blockers(mem, self.job, self.book)
+            blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
         hours, interruptions = t.shown
         return built(Option, {**mem.option_fields, "est_hours": hours, "price_per_hour": s.hourly,
-                              "est_cost": self.book.money(s.cost), "finish_by": t.finish,
+                              "est_cost": self.book.money(s.cost, s.prefix.cents), "finish_by": t.finish,
                               "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
                               "feasible": feasible, "why": why})
 
     def _versus(self, s: Scored, best: Scored) -> str:
         """A feasible runner-up's why: what it costs more than the choice, or when it finishes."""
-        extra = s.cost - best.cost
+        extra = s.prefix.cents - best.prefix.cents
         if extra > 0:
-            return self.book.more(extra)
+            return self.book.more(extra, s.cost, best.cost)
         later = (s.timing.finish - best.timing.finish).total_seconds() / 3600
         return f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
 
@@ -281,7 +283,7 @@ def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Flee
     book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured, market)
     left = {team: b.left for team, b in (team_budgets or {}).items()}
     decisions = []
-    for job in sorted(jobs, key=_planning_order):
+    for job in sorted(jobs, key=lambda job: _planning_order(job, book.in_now_zone)):
         decision, slot = _decide(_Planning(job, book), alternatives)
         budget = (team_budgets or {}).get(job.spec.team)
         if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
@@ -311,9 +313,11 @@ def _within_team_budget(d: Decision, team: str, budget: TeamBudget, left: dict[s
     return d.model_copy(update={"action": "wait", "choice": None, "reason": reason}), False
 
 
-def _planning_order(job: PlanJob) -> tuple:
-    deadline = job.deadline_at
-    return (-job.spec.policy.priority, deadline is None, deadline or job.submitted_at, job.submitted_at, job.id)
+def _planning_order(job: PlanJob, zone: Callable[[datetime], datetime]) -> tuple:
+    """``zone``: ``CandidateBook.in_now_zone``, the same instants, compared faster."""
+    deadline, submitted = job.deadline_at, zone(job.submitted_at)
+    return (-job.spec.policy.priority, deadline is None, submitted if deadline is None else zone(deadline), submitted,
+            job.id)
 
 
 # --- decisions --------------------------------------------------------------------
@@ -396,7 +400,7 @@ def _refusal(p: _Planning, first: Pick) -> str:
     if all(t.est_blocker is not None for t, _ in bundles):  # nothing fits or can be estimated
         scored = p.ranking.scored
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
-            return f"cannot estimate the job: {first.scored.blockers(first.member, job, p.book)[-1].text}"
+            return f"cannot estimate the job: {first.scored.blockers(first.member, p.scorer)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
         fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
         return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
@@ -410,23 +414,41 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 
 def _deadline_refusal(p: _Planning) -> str:
-    now, safety = p.book.now, p.book.policy.deadline_safety
-    timings = [t for t, _ in p.ranking.bundles if t.est_blocker is None]
-    needs = [t.needed(now, safety) for t in timings]
-    soonest = min(needs)
-    # The timings that meet the soonest deadline, by identity (``Timing`` compares so): each bundle's
-    # ``needed`` is computed once, not again for every heap entry ``best`` looks at.
-    fastest = {t for t, need in zip(timings, needs, strict=True) if need == soonest}
+    soonest, fastest = _soonest([t for t, _ in p.ranking.bundles if t.est_blocker is None], p.book.now,
+                                p.book.policy.deadline_safety)
     s, mem, _ = p.ranking.best(fastest.__contains__)
-    job = p.job
-    assert job.deadline_at is not None
-    finish, deadline = s.timing.finish, job.deadline_at
+    deadline = p.scorer.deadline
+    assert deadline is not None
+    finish = s.timing.finish
     if finish > deadline:
         when = f"{_hours(finish - deadline)} after the deadline"
     else:
         when = f"inside the {p.book.policy.deadline_safety:.0%} safety margin before the deadline"
     fix = [f"move the deadline to {_fmt_time(_ceil_minute(soonest))} or later", *_relaxation_hints(p)]
     return f"fastest option ({_pick_label(s, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
+
+
+def _soonest(timings: list[Timing], now: datetime, safety: float) -> tuple[datetime, set[Timing]]:
+    """The earliest deadline any of ``timings`` meets (``Timing.needed``), and the timings that meet it, by
+    identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
+
+    A timing's ``needed`` is at or after its finish and its bad case: both are at or after ``now``, and the
+    safety margin only adds to what is left until them. So, looked at by the later of the two, earliest
+    first, a timing whose later one is past the soonest deadline found cannot meet it, nor can any after
+    it: their ``needed`` (a timedelta divided by a float, the slow part of a refusal) is never computed."""
+    soonest: datetime | None = None
+    fastest: set[Timing] = set()
+    for low, _, t in sorted((t.finish if t.worst is None else max(t.finish, t.worst), i, t)
+                            for i, t in enumerate(timings)):
+        if soonest is not None and low > soonest:
+            break
+        need = t.needed(now, safety)
+        if soonest is None or need < soonest:
+            soonest, fastest = need, {t}
+        elif need == soonest:
+            fastest.add(t)
+    assert soonest is not None  # a deadline refusal has a timing that can run
+    return soonest, fastest
 
 
 def _budget_refusal(p: _Planning, over: list[Scored]) -> str:

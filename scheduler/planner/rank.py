@@ -13,7 +13,8 @@ What a candidate costs is ``planner.cost``'s formula; this module only times,
 checks and orders.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
-heap as one ``Placeholder``, costed from the estimate alone, and is timed and
+heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
+(``_floor_cents``: no Decimal for a bundle never reached), and is timed and
 priced group by group only when the ranking reaches it (``Ranking._expand``);
 most bundles of most jobs never are. Only the few candidates a decision shows get a full
 ``Scored`` (new machines for a job that avoids nothing rank from their cost
@@ -22,7 +23,8 @@ relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
-first, expected cost, warm first, finish, then the candidate's identity (provider,
+first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
+faster), warm first, finish, then the candidate's identity (provider,
 region, zone, type, capacity, source, instance, gpu, count), then input order
 (offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
 Prefix, book.Tail)``.
@@ -38,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal, NamedTuple, cast, final
+from typing import Literal, NamedTuple, final
 
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
@@ -53,7 +55,13 @@ BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline
                       "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
+_HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (``Prefix.cents``)
 _isfinite = math.isfinite
+_on_spot = cost.on_spot
+# ``timedelta(hours=h)`` is ``_td(0, 0, 0, 0, 0, h)`` (days, seconds, microseconds, milliseconds, minutes, hours),
+# to the microsecond: the zeros add nothing to what the hours leave over for rounding. Positional arguments
+# take half the time of the keyword, and a job's timings make two each.
+_td = timedelta
 # Enum members read once: looking one up on its class costs ~0.2 us, and the hot paths below ask often.
 _SPOT = Capacity.spot
 _FEASIBLE, _BLOCKED = Rank.FEASIBLE, Rank.BLOCKED
@@ -80,6 +88,7 @@ class Prefix(NamedTuple):
     """A group's sort key between the rank and a member's ``Tail``, shared by its members."""
 
     not_reserved: bool  # reserved capacity first: it costs nothing more
+    cents: int  # ``cost`` in cents: the same order, compared in a tenth of the time (a heap compares often)
     cost: Decimal  # expected cost, policy currency, to the cent (``cost.expected_cost``)
     not_warm: bool  # a warm machine wins a cost tie: no boot
     finish: datetime
@@ -114,7 +123,7 @@ class Timing:
     est_blocker: Blocker | None  # estimate / memory: the job cannot run here at all
     hours: float  # expected, including interruption overhead (0 when est_blocker)
     interruptions: float
-    hours_dec: Decimal
+    _hours_dec: Decimal | None  # ``hours_dec``, once made
     start: datetime
     finish: datetime
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
@@ -123,6 +132,15 @@ class Timing:
     _late_blocker: Blocker | None = None
     _needed: datetime | None = None
     _shown: tuple[float, float] | None = None
+
+    @property
+    def hours_dec(self) -> Decimal:
+        """``hours`` as the cost formula reads them (``Decimal(repr(...))``). Spot's are made when first read:
+        a refusal times every bundle of a job, and costs few."""
+        d = self._hours_dec
+        if d is None:
+            d = self._hours_dec = Decimal(repr(self.hours))
+        return d
 
     @property
     def shown(self) -> tuple[float, float]:
@@ -141,8 +159,9 @@ class Timing:
             self._needed = need
         return self._needed
 
-    def late_blocker(self, deadline: datetime, now: datetime, safety: float) -> Blocker:
-        """The deadline blocker's text (formatting is the slow part, so only for options shown)."""
+    def late_blocker(self, deadline: datetime, margin: timedelta) -> Blocker:
+        """The deadline blocker's text (formatting is the slow part, so only for options shown); ``margin``:
+        the deadline's safety margin (``CandidateBook.margin``)."""
         if self._late_blocker is None:
             if self.late == "spot_risk":
                 assert self.worst is not None
@@ -151,7 +170,6 @@ class Timing:
             elif self.finish > deadline:
                 text = f"misses deadline by {fmt_hours(self.finish - deadline)}"
             else:
-                margin = safety * max(deadline - now, timedelta(0))
                 text = (f"finishes {fmt_hours(deadline - self.finish)} before the deadline, "
                         f"inside the {fmt_hours(margin)} safety margin")
             assert self.late is not None
@@ -176,9 +194,10 @@ class Scored:
     avoided: frozenset[Member] = frozenset()  # members the job avoids (recently out of capacity)
     taken_by: str | None = None  # fleet slot held for another job
     runs: RankedLines = ()  # the members by rank
+    late_only: bool = False  # the timing's deadline blocker is the group's only one (a member may be sold out)
 
-    def blockers(self, mem: Member, job: PlanJob, book: CandidateBook) -> list[Blocker]:
-        """In the order the planner has always listed them (they join into ``Option.why``)."""
+    def blockers(self, mem: Member, sc: Scorer) -> list[Blocker]:
+        """In the order the planner has always listed them (they join into ``Option.why``); ``sc``: the job's."""
         out: list[Blocker] = []
         if mem.sold_out:
             out.append(Blocker("stock", "sold out"))
@@ -191,13 +210,13 @@ class Scored:
             out.append(t.est_blocker)
             return out
         if t.late is not None:
-            assert job.deadline_at is not None
-            out.append(t.late_blocker(job.deadline_at, book.now, book.policy.deadline_safety))
+            assert sc.deadline is not None and sc.margin is not None
+            out.append(t.late_blocker(sc.deadline, sc.margin))
         if self.reservation:
             assert self.group.until is not None
             out.append(Blocker("reservation", f"reservation ends {fmt_time(self.group.until)}, "
                                               "before the expected finish"))
-        budget = job.spec.policy.budget
+        budget = sc.job.spec.policy.budget
         if self.over_budget:
             assert budget is not None and self.budget_total is not None
             total = Money(amount=self.budget_total, currency=budget.currency)
@@ -231,15 +250,21 @@ class Scorer:
     def __init__(self, book: CandidateBook, job: PlanJob) -> None:
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
-        self._base: dict[int, Decimal | None] = {}  # est key -> _base_hours
+        self._base: dict[int, float | None] = {}  # est key -> _base_hours
         self._figures: OnSetup | None = None  # perf.figures_for this job, once it is needed
         self._timings: dict[int, Timing] = {}
         self._scored: dict[int, Scored] = {}  # by Group.index (a dict: most jobs score a few of ~260 groups)
-        deadline = self._deadline = job.deadline_at
+        # The job's deadline (in the zone object ``now`` has, ``CandidateBook.in_now_zone``), its safety
+        # margin, and the cutoff: a finish after it leaves less than deadline_safety of the remaining time spare.
+        self.deadline = self.margin = self._cutoff = None
+        if job.deadline_at is not None:
+            deadline = self.deadline = book.in_now_zone(job.deadline_at)
+            self.margin = book.margin(deadline)
+            self._cutoff = deadline - self.margin
         self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
-        # A finish after this leaves less than deadline_safety of the remaining time spare.
-        self._cutoff = None if deadline is None else \
-            deadline - book.policy.deadline_safety * max(deadline - book.now, timedelta(0))
+        policy = book.policy
+        # Read once per job, not per timing (``naive_spot`` is a property).
+        self._restart_hours, self._spot_risk = policy.restart_hours, not policy.naive_spot
         spec = job.spec
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -261,19 +286,20 @@ class Scorer:
         book = self.book
         matching, heap = book.matching(f), []
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        nodes, expected_cost = self._nodes, cost.expected_cost
+        nodes, floor, below = self._nodes, _math_floor, _CENTS_UNDER
         base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
         for bundle in matching:
             g = bundle[0]
             if lazy and g.slot is None:
-                hours: Decimal | Literal[False] | None = base.get(g.est_keys[by_gpu], False)
+                key = g.est_keys[by_gpu]
+                hours: float | Literal[False] | None = base.get(key, False)
                 if hours is False:
                     hours = self._base_hours(g)
                 if hours is not None:
-                    hourly = g.hourly.get(nodes) or book.hourly(g, nodes)
-                    floor: Floor = (True, expected_cost(hourly.amount, hours))  # new machines, at least this
-                    heap.append(_new(Placeholder, (best, floor, (), -1 - g.index, bundle)))
+                    hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
+                    least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
+                    heap.append(_new(Placeholder, (best, least, (), -1 - g.index, bundle)))
                     continue
             t = self._timing(g)
             for g in bundle:
@@ -304,14 +330,14 @@ class Scorer:
                                  for r, line in s.runs)
         return min(heads)[1] if heads else None
 
-    def _base_hours(self, g: Group) -> Decimal | None:
-        """The estimate's hours as ``Timing.hours_dec`` would read them (before interruptions), when it fits."""
+    def _base_hours(self, g: Group) -> float | None:
+        """The estimate's hours (before interruptions), when it fits."""
         key = g.est_keys[self._by_gpu]
-        got: Decimal | Literal[False] | None = self._base.get(key, False)
+        got: float | Literal[False] | None = self._base.get(key, False)
         if got is False:
             est = self._estimate(g, key)
             fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
-            got = self._base[key] = Decimal(repr(est.hours)) if fits else None  # type: ignore[union-attr]
+            got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
 
     def _estimate(self, g: Group, key: int | None = None) -> Figures | str:
@@ -347,33 +373,27 @@ class Scorer:
         if type(est) is str or not est.fits or not _isfinite(est.hours):  # type: ignore[union-attr]
             return self._cannot_run(g, est, start)
         assert type(est) is Figures
-        deadline = self._deadline
+        deadline = self.deadline
         h = base = est.hours
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
-        hours_dec: Decimal | None
         if g.capacity is _SPOT:
             checkpoint = est.epoch_hours if self._resumes else None  # else it restarts from scratch
-            n, h, bad = cost.on_spot(base, g.rate, self._nodes, checkpoint, book.policy.restart_hours)
+            n, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
             if deadline is not None:
-                worst_at = start + timedelta(hours=bad)
-            hours_dec = Decimal(repr(h))
-        else:
-            # h is the estimate's hours: their Decimal is made already (by ``rank``, nearly always)
-            hours_dec = self._base.get(key) or self._base_hours(g)
-            assert hours_dec is not None
-        finish = start + timedelta(hours=h)
+                worst_at = start + _td(0, 0, 0, 0, 0, bad)
+        finish = start + _td(0, 0, 0, 0, 0, h)  # timedelta(hours=h), in half the time
         late: Literal["deadline", "spot_risk"] | None = None
         if deadline is not None:
-            assert self._cutoff is not None
             # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
             # plus once more late in the run) by the deadline itself. The safety margin covers estimate
             # error; this net covers interruption bad luck.
-            if finish > self._cutoff:
+            if finish > self._cutoff:  # type: ignore[operator]  # set whenever the deadline is
                 late = "deadline"
-            elif worst_at is not None and not book.policy.naive_spot and worst_at > deadline:
+            elif worst_at is not None and self._spot_risk and worst_at > deadline:
                 late = "spot_risk"
-        return Timing(g.capacity, None, h, n, hours_dec, start, finish, late, worst_at, est.physical_batch)
+        # Decimal hours are made when a cost is (``Timing.hours_dec``): a refusal times every bundle, costs few.
+        return Timing(g.capacity, None, h, n, None, start, finish, late, worst_at, est.physical_batch)
 
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
@@ -416,7 +436,8 @@ class Scorer:
                 runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
             else:
                 runs = g.runs.open
-            prefix = _new(Prefix, (g.not_reserved, c, g.not_warm, finish, g.provider, g.region))  # as _score's
+            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
+                                   g.region))  # as _score's
             for r, line in runs:
                 out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
@@ -435,7 +456,8 @@ class Scorer:
                 cheapest = c
             elif c > cheapest:
                 break
-            prefix = _new(Prefix, (g.not_reserved, c, g.not_warm, finish, g.provider, g.region))  # as _score's
+            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
+                                   g.region))  # as _score's
             for r, line in g.runs.blocked:
                 out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
@@ -445,15 +467,16 @@ class Scorer:
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
-        total = c * cast(Decimal, self._budget_rate)  # set in __init__ whenever _budget is, and only then called
+        total = c * self._budget_rate  # type: ignore[operator]  # set in __init__ whenever _budget is (only then called)
         return total if self._spent is None else total + self._spent
 
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
         """A group's cost and blockers, in full."""
         if prefix is None:
-            prefix = _new(Prefix, (g.not_reserved, self._cost(g, t), g.not_warm, t.finish, g.provider, g.region))
+            c = self._cost(g, t)
+            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, t.finish, g.provider, g.region))
         c = prefix.cost
-        s = Scored(g, t, self.book.hourly(g, self._nodes), c, prefix)
+        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), c, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
@@ -462,10 +485,16 @@ class Scorer:
                 s.budget_total = self._budget_total(c)
                 s.over_budget = s.budget_total > self._budget.amount
             s.structural = t.late is not None or s.reservation or s.over_budget
+            s.late_only = t.late is not None and not s.reservation and not s.over_budget
         if g.slot is not None:
             s.taken_by = self.book.taken.get(g.slot)
+            s.late_only = s.late_only and s.taken_by is None
         elif self.job.avoid:
             s.avoided = frozenset(mem for mem in g.members if mem.avoid_key in self.job.avoid)
+            s.late_only = s.late_only and not s.avoided
+        elif not s.structural:
+            s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
+            return s
         s.runs = s._runs()
         return s
 
@@ -487,11 +516,26 @@ class Entry(NamedTuple):
     timing: Timing
 
 
-# A placeholder's prefix, (not_reserved, cost): True (new machines) and the cheapest group's cost on the
-# estimate's hours, which reclaims only add to. No candidate of its bundle sorts before it: at an equal
-# cost it still sorts first, as a tuple sorts before the longer ones it begins. (A plain tuple: nothing
-# reads its fields, and the heap gets one per bundle.)
-Floor = tuple[bool, Decimal]
+# A placeholder's prefix, (not_reserved, cents): True (new machines) and a whole number of cents at or below
+# the cheapest group's cost on the estimate's hours, which reclaims only add to (``_floor_cents``). No
+# candidate of its bundle sorts before it: at an equal number of cents it still sorts first, as a tuple
+# sorts before the longer ones it begins. (A plain tuple: nothing reads its fields, and the heap gets one
+# per bundle.)
+Floor = tuple[bool, int]
+
+
+def _floor_cents(hourly: float, hours: float) -> int:
+    """Cents at or below ``cost.expected_cost`` of a price and hours, from their floats, without a Decimal.
+
+    The exact cost is the price x ``Decimal(repr(hours))`` rounded to the cent, at or above the whole cents
+    below the product. ``hourly`` and ``hours`` are the floats nearest those, so the float product (x 100) is
+    within 1e-15 of the exact one, relatively: 1e-12 less is below it, and so are its whole cents. A
+    placeholder only needs a lower bound (it is expanded a little early at worst), and most never are."""
+    return _math_floor(hourly * hours * _CENTS_UNDER)
+
+
+_CENTS_UNDER = 100.0 * (1 - 1e-12)  # x 100 (cents), less 1e-12 (``_floor_cents``)
+_math_floor = math.floor
 
 
 @final  # never subclassed: ``type(x) is Placeholder`` tells it from an ``Entry`` (and lets mypy narrow both ways)
@@ -500,10 +544,12 @@ class Placeholder(NamedTuple):
     reaches it (``Ranking._expand``): most decisions show a few cheap bundles, and never read the others'
     numbers.
 
-    It sorts before every candidate of its bundle: the rank they can have at best and the cheapest group's
-    cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours, which reclaims only
-    add to; each step of ``cost.expected_cost`` keeps that order. Its order is negative, below every
-    ``Entry.pos``, and distinct per placeholder, so keys never tie and ``bundle`` is never compared.
+    It sorts before every candidate of its bundle: the rank they can have at best and whole cents at or below
+    the cheapest group's cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours,
+    which reclaims only add to (``_floor_cents``); each step of ``cost.expected_cost`` keeps that order. A
+    floor below a candidate's cost only expands the bundle earlier: the order of candidates is the same. Its
+    order is negative, below every ``Entry.pos``, and distinct per placeholder, so keys never tie and
+    ``bundle`` is never compared.
     """
 
     rank: Rank  # the best its candidates can have: FEASIBLE, or BLOCKED once the deadline has passed
@@ -566,7 +612,8 @@ class Ranking:
         """Every candidate, best first (a fresh iteration each call)."""
         heap, sc = self._walk(), self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle, leave a line on top
+            # _walk, then _settle, leave a line on top (no ``cast``: a call each candidate walked)
+            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
             ms = line.members
             yield _new(Pick, (sc.scored(g, t, prefix), ms[i], r))
             i += 1
@@ -587,7 +634,8 @@ class Ranking:
             return []
         heap, out, sc = self._walk(), [], self.scorer
         while heap:
-            r, prefix, _, i, line, g, t = cast(Entry, heap[0])  # _walk, then _settle below, leave a line on top
+            # _walk, then _settle below, leave a line on top (no ``cast``: a call each candidate walked)
+            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
             ms = line.firsts
             if ms[i].shape not in seen:
                 seen.add(ms[i].shape)
@@ -631,7 +679,7 @@ class Ranking:
         self._settle(self._heap)
         if not self._heap:
             return None
-        r, prefix, _, _, line, g, t = cast(Entry, self._heap[0])  # settled: a candidate's line on top
+        r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
         return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
 
 

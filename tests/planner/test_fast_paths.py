@@ -1,0 +1,109 @@
+"""The shortcuts the planner's speed rests on give what the slow forms give (issue 17).
+
+``rank._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
+above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
+``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``
+must find the soonest deadline computing every ``Timing.needed`` finds.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+from scheduler.models import Capacity
+from scheduler.planner import cost
+from scheduler.planner.book import CandidateBook
+from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.planner.plan import _soonest, plan
+from scheduler.planner.rank import Timing, _floor_cents
+from tests.planner.test_planner import make_job, make_offer
+
+
+def _prices(rng: random.Random) -> list[Decimal]:
+    """Hourly prices as the book makes them: list prices, some through an FX rate (long decimals), x nodes."""
+    out = []
+    for _ in range(3000):
+        listed = Decimal(rng.randrange(1, 10**7)).scaleb(-rng.choice((2, 3, 4, 6)))
+        rate = rng.choice((Decimal(1), Decimal("7.2"), Decimal(1) / Decimal("7.2"), Decimal("0.1389")))
+        out.append(listed * rate * rng.choice((1, 2, 4, 8)))
+    return out
+
+
+def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None:
+    rng = random.Random(17)
+    checked = 0
+    for price in _prices(rng):
+        for hours in (rng.uniform(0, 1), rng.uniform(0, 50), rng.uniform(0, 5000), 10 ** rng.uniform(-4, 4),
+                      round(rng.uniform(0, 100), 2)):
+            exact = cost.expected_cost(price, Decimal(repr(hours)))
+            cents = int(exact * 100)
+            floor = _floor_cents(float(price), hours)
+            assert cents - 1 - cents * 1e-11 <= floor <= cents, (price, hours, exact, floor)
+            checked += 1
+    assert checked == 15_000
+
+
+def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
+    rng = random.Random(4)
+    values = [rng.uniform(0, 1) for _ in range(20_000)] + [10 ** rng.uniform(-6, 4) for _ in range(20_000)]
+    # Hours whose microseconds end in exactly a half (rounding to even) and plain fractions.
+    values += [(k + 0.5) / 3.6e9 for k in range(0, 2000, 7)] + [k / 7 for k in range(1, 500)]
+    for h in values:
+        assert timedelta(0, 0, 0, 0, 0, h) == timedelta(hours=h), h
+
+
+def test_a_deadline_joins_nows_fixed_offset_zone_as_the_same_instant() -> None:
+    shanghai = timezone(timedelta(hours=8))
+    now = datetime(2026, 12, 1, 8, 0, tzinfo=shanghai)
+    book = CandidateBook([], [], now, PlannerPolicy(), None)
+    other = datetime(2026, 12, 1, 3, 30, tzinfo=timezone(timedelta(hours=8)))  # an equal zone, not the object
+    moved = book.in_now_zone(other)
+    assert moved == other and moved.tzinfo is now.tzinfo and moved.isoformat() == other.isoformat()
+    utc = datetime(2026, 12, 1, 3, 30, tzinfo=UTC)
+    assert book.in_now_zone(utc) == utc and book.in_now_zone(utc).tzinfo is now.tzinfo
+    # A zone with daylight saving is left as it is (one zone object compares wall clocks).
+    berlin = datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+    assert book.in_now_zone(berlin) is berlin
+    naive_now = CandidateBook([], [], datetime(2026, 12, 1), PlannerPolicy(), None)
+    assert naive_now.in_now_zone(other) is other
+
+
+def test_decisions_are_the_same_whatever_zone_the_deadlines_are_given_in() -> None:
+    now = datetime(2026, 12, 1, 8, 0, tzinfo=timezone(timedelta(hours=8)))
+    offers = [make_offer("g5.xlarge"), make_offer("g4dn.xlarge", gpu="T4", spot="0.20 USD", od="0.52 USD"),
+              make_offer("p3.2xlarge", gpu="V100", spot="1.10 USD", od="3.06 USD", rate=0.2)]
+    jobs = [make_job(f"j{i}", deadline_h=h, priority=50 + i) for i, h in enumerate((2, 5, 9, 30, 0.5))]
+
+    def at(zone: timezone) -> list[PlanJob]:
+        return [j.model_copy(update={"submitted_at": now.astimezone(zone),
+                                     "deadline_at": j.deadline_at and (now + (j.deadline_at - j.submitted_at))
+                                     .astimezone(zone)}) for j in jobs]
+
+    zones = (now.tzinfo, timezone(timedelta(hours=8)), UTC, timezone(timedelta(hours=-5)))
+    plans = [[d.model_dump_json() for d in plan(at(z), offers, [], now, PlannerPolicy())] for z in zones]  # type: ignore[arg-type]
+    assert all(p == plans[0] for p in plans[1:])
+    assert {d.split('"action":"')[1].split('"')[0] for d in plans[0]} >= {"launch", "refuse"}
+
+
+def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
+    """``plan._soonest`` computes ``needed`` only for timings that can meet the soonest deadline: it finds
+    what computing every one finds, ties included."""
+    rng = random.Random(5)
+    now = datetime(2026, 12, 1, 8, 0, tzinfo=timezone(timedelta(hours=8)))
+    for case in range(400):
+        timings = []
+        for _ in range(rng.randint(1, 14)):
+            start = now + rng.choice((timedelta(0), timedelta(hours=0.05)))
+            finish = start + timedelta(microseconds=rng.choice((rng.randrange(10**10), 3 * 10**9, 3 * 10**9 + 1)))
+            spot = rng.random() < 0.5
+            worst = finish + timedelta(microseconds=rng.randrange(2 * 10**9)) if spot else None
+            timings.append(Timing(Capacity.spot if spot else Capacity.on_demand, None, 1.0, 0.0, None, start, finish,
+                                  "deadline", worst, None))
+        safety = rng.choice((0.0, 0.1, 0.25, 0.9))
+        needs = [t.needed(now, safety) for t in timings]
+        soonest, fastest = _soonest(timings, now, safety)
+        assert soonest == min(needs), case
+        assert fastest == {t for t, need in zip(timings, needs, strict=True) if need == soonest}, case
