@@ -53,6 +53,9 @@ class Tail(NamedTuple):
     instance_id: str  # "" for a new machine
     gpu: str
     gpu_count: int
+    # Two offers of one key (only a direct caller of plan() can pass them: the catalog refuses it) are
+    # told apart by stock before input order, so the plan does not depend on the order they came in.
+    sold_out: bool
     seq: int  # input order: 2 x offer index + (0 spot, 1 on-demand); fleet slots after every offer
 
 
@@ -165,8 +168,9 @@ class Market:
                 g = groups.get(key)
                 if g is None:
                     g = groups[key] = _group(self.keys, policy, offer, cap, "new", money)
-                g.members.append(Member(offer, f"{offer.key}|{cap.value}", offer.stock(cap) is Stock.sold_out,
-                                        *_tail(self.keys, offer, g, 2 * i + j)))
+                sold_out = offer.stock(cap) is Stock.sold_out
+                g.members.append(Member(offer, f"{offer.key}|{cap.value}", sold_out,
+                                        *_tail(self.keys, offer, g, sold_out, 2 * i + j)))
         self.groups = list(groups.values())
         _finish(self.groups, 0)
 
@@ -228,11 +232,12 @@ def _group(keys: dict[tuple, int], policy: PlannerPolicy, offer: Offer, cap: Cap
     return g
 
 
-def _tail(keys: dict[tuple, int], offer: Offer, g: Group, seq: int) -> tuple[Tail, int]:
+def _tail(keys: dict[tuple, int], offer: Offer, g: Group, sold_out: bool, seq: int) -> tuple[Tail, int]:
     """A member's sort-key tail and its shape."""
     cap, iid = g.capacity.value, g.instance_id or ""
     shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
-    return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count, seq),
+    return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count,
+                 sold_out, seq),
             _intern(keys, shape))
 
 
@@ -291,7 +296,7 @@ class CandidateBook:
                 continue  # a warm machine we cannot price cannot be compared
             g = _group(keys, policy, slot.offer, slot.capacity, slot.kind, None if price is None else price.per_hour)
             g.slot, g.instance_id, g.until = i, slot.instance_id, slot.until
-            g.members.append(Member(slot.offer, None, False, *_tail(keys, slot.offer, g, base + i)))
+            g.members.append(Member(slot.offer, None, False, *_tail(keys, slot.offer, g, False, base + i)))
             slot_groups.append(g)
         _finish(slot_groups, len(market.groups))
         self._slot_groups = slot_groups

@@ -25,7 +25,7 @@ The order, as if every candidate were scored and sorted: ``Rank`` (feasible, onl
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
 first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
 faster), warm first, finish, then the candidate's identity (provider,
-region, zone, type, capacity, source, instance, gpu, count), then input order
+region, zone, type, capacity, source, instance, gpu, count, sold out last), then input order
 (offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
 Prefix, book.Tail)``.
 

@@ -477,14 +477,10 @@ def _offer(spot_stock: Stock) -> Offer:
                  spot_stock=spot_stock, spot_interruptions_per_hour=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "plan.py promises the same output 'whatever order the jobs, offers and fleet slots come in', but two "
-    "offers with one key (provider/region/zone/type) that differ only in stock tie exactly once both are "
-    "blocked structurally (rank 2: stock no longer ranks them), the tie goes to input order (rank.py: 'then "
-    "input order ... for exact ties'), and the runner-up shown says 'sold out' or not depending on which came "
-    "first. Only the runners-up's why differs. The bundled catalog rejects duplicate keys, so only direct callers "
-    "of plan() meet it. Found by the scenarios here: seeds 695, 4211, 4866, 10763, 18471 (shuffled, of 20,000)."))
 def test_offers_sharing_a_key_plan_alike_in_any_order() -> None:
+    """Two offers of one key (provider/region/zone/type) differing only in stock, both blocked by the deadline:
+    stock breaks their tie before input order, so the runner-up shown is the same in any order (found by the
+    scenarios here: seeds 695, 4211, 4866, 10763, 18471, shuffled, of 20,000)."""
     spec = JobSpec.model_validate({
         "name": "late", "team": "vision", "kind": "train", "model": "yolov9-s",
         "data": {"uri": "s3://bucket/data", "train_images": 20_000, "val_images": 2_000}, "train": {"epochs": 10},
