@@ -17,10 +17,16 @@ import pytest
 from providers.catalog import load_catalog
 from scheduler.jobs.jobfile import parse_job
 from scheduler.jobs.perf import VAL_SPEEDUP, gpu_bound_rate
+from scheduler.lifecycle.agent_reports import report_progress
 from scheduler.lifecycle.context import TickContext
-from scheduler.lifecycle.steering import _rule_input
+from scheduler.lifecycle.perf_learning import RatesMemo
+from scheduler.lifecycle.steering import _rule_input, place_waiting
+from scheduler.planner.inputs import PlanJob
 from scheduler.planner.spot_rule import SpotState, decide
 from scheduler.settings import Settings
+from scheduler.states import JobState
+from scheduler.times import utc
+from tests.lifecycle.test_lifecycle import World, job_spec
 
 T0 = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
 TRAIN, VAL, EPOCHS = 6000, 600, 60
@@ -93,3 +99,45 @@ def test_the_rules_call_follows_the_measured_speed(state: SpotState, epochs_done
                                                     measured: dict, target: SpotState, branch: str) -> None:
     d = decide(rule_at(state, epochs_done, left_h, measured))
     assert (d.target, d.branch) == (target, branch), d.reason
+
+
+# --- through the tick: the rule reads the rates the job's own epochs taught (``ctx.rates``) -----------
+
+
+def waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs: int):
+    """A 60-epoch yolov9-s run on an A10 (prior: 0.53 h in all), due 4.5 h after submission: it reports
+    epochs 5 and 10, ``minutes_per_5_epochs`` apart, and its spot machine is reclaimed."""
+    w = World(store, sim_clock)
+    w.agents.step = lambda now: 0  # the test plays the agent
+    base = job_spec(deadline="270m")
+    job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    attempt = w.attempts(job_id)[-1]
+    for epoch in (5, 10):
+        sim_clock.advance(timedelta(minutes=minutes_per_5_epochs))
+        with store.session() as s:
+            report_progress(s, job_id, attempt.number, epoch, "s3://bucket/helmet/last.pt", sim_clock.now())
+    w.cloud.preempt(next(r for r in w.instances() if r.job_id == job_id).cloud_id)
+    job = w.job(job_id)
+    waiting = PlanJob(id=job_id, spec=w.ctx.spec_of(job_id, job.spec_json), submitted_at=utc(job.submitted_at),
+                      deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done,
+                      preemptions=job.preemptions, restarts=job.restarts)
+    return w, job_id, waiting
+
+
+@pytest.mark.parametrize("minutes_per_5_epochs, learned_a10, call", [
+    (5, pytest.approx(126, rel=0.05), "spot"),  # at its prior's speed (130 img/s): 0.4 h left, spot is safe
+    (21, pytest.approx(17.9, rel=0.05), "on-demand"),  # 7x slower: 3.5 h of work in 3.75 h, on-demand now
+])
+def test_a_waiting_job_is_placed_at_the_speed_its_own_epochs_ran(store, sim_clock, minutes_per_5_epochs: int,
+                                                                  learned_a10, call: str) -> None:
+    w, job_id, waiting = waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs)
+    now = sim_clock.now()
+    with store.session(write=False) as s:
+        assert w.ctx.rates.get(s, now)[("yolov9-s", "A10", 640)] == learned_a10  # what the planner is given
+    assert place_waiting(w.ctx, now, [waiting]) == {job_id: call}
+    # The same job seen through the priors alone (no rate learnt yet): spot, whatever its epochs took.
+    priors_only = w.new_ctx(rates=RatesMemo(checked=now))
+    assert place_waiting(priors_only, now, [waiting]) == {job_id: "spot"}
+    w.step()
+    assert [(a.capacity, a.start_epoch) for a in w.attempts(job_id)] == [("spot", 0), (call, 10)]
