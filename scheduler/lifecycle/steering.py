@@ -28,6 +28,7 @@ from scheduler.jobs import perf
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
+from scheduler.planner.inputs import Measured
 from scheduler.planner.plan import spot_allowed
 from scheduler.planner.spot_rule import RuleInput, SpotState, decide
 from scheduler.states import (
@@ -97,13 +98,17 @@ def _observe(
 
 
 def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, state: SpotState,
-                avoided: frozenset[str], window_h: float, now: datetime) -> RuleInput | None:
+                avoided: frozenset[str], window_h: float, now: datetime, measured: Measured) -> RuleInput | None:
     """What the daemon knows about one job for ``spot_rule.decide``; None when the rule does not apply.
 
-    ``job`` needs ``id``, ``epochs_done``, ``submitted_at`` and ``deadline_at`` (a row or a result tuple)."""
+    ``job`` needs ``id``, ``epochs_done``, ``submitted_at`` and ``deadline_at`` (a row or a result tuple).
+    ``measured``: the learned training rates the planner is given (``ctx.rates``). The rule times its
+    moves on the same epoch time the planner plans the move with: from the priors alone, a job that
+    runs slower than its prior looked to have slack the planner did not see, so the rule asked for
+    spot the planner then refused, or moved it to on-demand too late for its deadline."""
     if offer.spot is None or offer.on_demand is None or spec.train is None:
         return None
-    est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0)
+    est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0, measured=measured)
     if not est.epoch_hours:
         return None
     watch, market = _observe(ctx, job.id, offer, avoided, now)
@@ -139,6 +144,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     avoided = ctx.offers.avoided(now)
     out: dict[str, str] = {}
     with ctx.store.session(write=False) as s:
+        measured = ctx.rates.get(s, now)  # the planner's rates this tick (the same memo)
         for pj in jobs:
             if pj.id in ctx.capacity_override or pj.deadline_at is None or pj.spec.kind is not Kind.train:
                 continue
@@ -152,8 +158,8 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
             if not spot_allowed(job.preemptions, pj.spec.policy.max_restarts, ctx.planner_policy(), job.restarts):
                 continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
-            inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now) \
-                if offer is not None else None
+            inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now,
+                              measured) if offer is not None else None
             if inp is None or inp.progress_h >= inp.compute_h:
                 # Every epoch was checkpointed but the machine went before the exit was reported:
                 # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
@@ -182,6 +188,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                    JobRow.deadline_at.is_not(None), AttemptRow.state == AttemptState.running.value,
                    InstanceRow.state == InstanceRowState.running.value, InstanceRow.reserved.is_(False))
         ).all()
+        # The planner's rates (the same memo, refreshed on the same terms); read only when a job runs.
+        measured = ctx.rates.get(s, now) if rows else {}
         moves = []
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
@@ -199,7 +207,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
                 continue  # a move happens only right after a checkpoint, losing no work: decide then
             on_spot = job.capacity == Capacity.spot.value
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
-                              avoided, window_h, now)
+                              avoided, window_h, now, measured)
             if inp is None:
                 continue
             decision = decide(inp)

@@ -5,8 +5,9 @@ the candidate book reused) must change no outcome. ``data/small-trace.jsonl`` is
 of ``gpusched trace generate --seed 5 --teams 2 --jobs 40``; ``data/small-summaries.json`` holds what
 ``simulate`` (sandbox seed 3) returned for it before that work: every field of the summary but its
 wall time, and every job it explains. Rewritten once since, when the ledger learnt each cloud's billing rule
-(AWS does not bill the boot): costs only, every decision, tick and outcome the same. Rewrite it only for a
-change meant to change outcomes:
+(AWS does not bill the boot): costs only, every decision, tick and outcome the same; and once when the
+steering rule began to read the planner's learned rates (ours only: ``shelf-audit-c-w46`` on time, no longer
+1.3 h late). Rewrite it only for a change meant to change outcomes:
 ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
 """
 

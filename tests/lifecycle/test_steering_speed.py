@@ -1,0 +1,143 @@
+"""The steering rule times its moves on the speed the planner plans with, not on the priors alone.
+
+Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c retrain on a V100
+ran slower than its prior; the rule, reading the prior, saw slack and asked for spot, while the
+planner, reading the rate it had measured, saw a late bad case and refused. Both now read the same
+``measured`` mapping (``ctx.rates``, (model, GPU, image size) -> img/s per GPU); where it has no
+rate for the job's setup, both fall back to the priors.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from providers.catalog import load_catalog
+from scheduler.jobs.jobfile import parse_job
+from scheduler.jobs.perf import VAL_SPEEDUP, gpu_bound_rate
+from scheduler.lifecycle.agent_reports import report_progress
+from scheduler.lifecycle.context import TickContext
+from scheduler.lifecycle.perf_learning import RatesMemo
+from scheduler.lifecycle.steering import _rule_input, place_waiting
+from scheduler.planner.inputs import PlanJob
+from scheduler.planner.spot_rule import SpotState, decide
+from scheduler.settings import Settings
+from scheduler.states import JobState
+from scheduler.times import utc
+from tests.lifecycle.test_lifecycle import World, job_spec
+
+T0 = datetime(2026, 11, 24, 12, tzinfo=timezone.utc)
+TRAIN, VAL, EPOCHS = 6000, 600, 60
+OFFER = next(o for o in load_catalog() if o.instance_type == "p3.2xlarge")  # 1 x V100, 8 vCPUs, spot ~8x cheaper
+SPEC = parse_job({
+    "name": "weed-spot-c", "team": "agri", "kind": "train", "model": "yolov9-c",
+    "data": {"uri": "s3://bucket/weed", "train_images": TRAIN, "val_images": VAL},
+    "train": {"epochs": EPOCHS, "batch": 16}, "resources": {"gpus": ["V100"]},
+    "policy": {"deadline": "34h", "capacity": "auto"},
+}, "test.yaml")
+PRIOR = gpu_bound_rate("yolov9-c", "V100", 640)  # what the estimate reads without a measurement
+KEY = ("yolov9-c", "V100", 640)
+
+
+def epoch_h(rate: float) -> float:
+    """One epoch (train + val) at ``rate`` img/s on one GPU: perf's formula, written out here."""
+    return (TRAIN / rate + VAL / (rate * VAL_SPEEDUP)) / 3600
+
+
+def ctx() -> TickContext:
+    return TickContext(store=None, providers={}, clock=None, settings=Settings(_env_file=None))  # type: ignore[arg-type]
+
+
+def rule_at(state: SpotState, epochs_done: int, left_h: float, measured: dict):
+    now = T0 + timedelta(hours=10)
+    job = SimpleNamespace(id="weed-spot-c-w45", epochs_done=epochs_done, submitted_at=T0,
+                          deadline_at=now + timedelta(hours=left_h))
+    inp = _rule_input(ctx(), job, SPEC, OFFER, state, frozenset(), 0.25, now, measured)
+    assert inp is not None
+    return inp
+
+
+def test_the_prior_is_the_rate_the_estimate_reads_without_a_measurement() -> None:
+    # The cases below scale this rate: it must be the one the estimate uses (GPU-bound on 8 vCPUs).
+    inp = rule_at(SpotState.spot, 0, 10.0, {})
+    assert inp.compute_h == pytest.approx(EPOCHS * epoch_h(PRIOR), rel=1e-9)
+
+
+@pytest.mark.parametrize("measured, epoch_rate", [
+    ({}, PRIOR),  # nothing learned: the priors
+    ({KEY: PRIOR * 0.5}, PRIOR * 0.5),  # the job's setup ran at half its prior: twice the hours
+    ({KEY: PRIOR * 1.5}, PRIOR * 1.5),
+    ({("yolov9-c", "A10G", 640): PRIOR * 0.5}, PRIOR),  # learned on another GPU: not this job's
+    ({("yolov9-c", "V100", 1280): PRIOR * 0.5}, PRIOR),  # learned at another image size: not this job's
+    ({("yolov9-e", "V100", 640): PRIOR * 0.5}, PRIOR),  # another model
+])
+def test_the_rule_reads_the_work_left_at_the_measured_rate(measured: dict, epoch_rate: float) -> None:
+    inp = rule_at(SpotState.spot, 20, 10.0, measured)
+    assert inp.compute_h == pytest.approx(EPOCHS * epoch_h(epoch_rate), rel=1e-9)
+    assert inp.progress_h == pytest.approx(20 * epoch_h(epoch_rate), rel=1e-9)
+    # The changeover carries half an epoch (the work lost on a move): at the same speed.
+    assert inp.changeover_h - epoch_h(epoch_rate) / 2 == pytest.approx(
+        rule_at(SpotState.spot, 20, 10.0, {}).changeover_h - epoch_h(PRIOR) / 2)
+
+
+@pytest.mark.parametrize("state, epochs_done, left_h, measured, target, branch", [
+    # 30 of 60 epochs done, 2.5 h to the deadline. At the prior's speed 1.1 h of work is left and
+    # spot is safe; at the measured half speed 2.3 h is, and the rule moves it to on-demand now.
+    (SpotState.spot, 30, 2.5, {}, SpotState.spot, "keep-spot"),
+    (SpotState.spot, 30, 2.5, {KEY: PRIOR * 0.5}, SpotState.on_demand, "guard"),
+    (SpotState.idle, 30, 2.5, {}, SpotState.spot, "take-spot"),  # waiting after a reclaim
+    (SpotState.idle, 30, 2.5, {KEY: PRIOR * 0.5}, SpotState.on_demand, "safety-net"),
+    (SpotState.spot, 30, 2.5, {("yolov9-c", "A10G", 640): PRIOR * 0.5}, SpotState.spot, "keep-spot"),
+    # And the other way: 1.3 h left; the prior calls it too tight for spot, the job's measured
+    # speed (1.5x the prior) leaves room for a changeover, so it stays on spot.
+    (SpotState.spot, 30, 1.3, {}, SpotState.on_demand, "guard"),
+    (SpotState.spot, 30, 1.3, {KEY: PRIOR * 1.5}, SpotState.spot, "keep-spot"),
+])
+def test_the_rules_call_follows_the_measured_speed(state: SpotState, epochs_done: int, left_h: float,
+                                                    measured: dict, target: SpotState, branch: str) -> None:
+    d = decide(rule_at(state, epochs_done, left_h, measured))
+    assert (d.target, d.branch) == (target, branch), d.reason
+
+
+# --- through the tick: the rule reads the rates the job's own epochs taught (``ctx.rates``) -----------
+
+
+def waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs: int):
+    """A 60-epoch yolov9-s run on an A10 (prior: 0.53 h in all), due 4.5 h after submission: it reports
+    epochs 5 and 10, ``minutes_per_5_epochs`` apart, and its spot machine is reclaimed."""
+    w = World(store, sim_clock)
+    w.agents.step = lambda now: 0  # the test plays the agent
+    base = job_spec(deadline="270m")
+    job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
+    w.run_until(lambda: w.job(job_id).state == JobState.running.value)
+    attempt = w.attempts(job_id)[-1]
+    for epoch in (5, 10):
+        sim_clock.advance(timedelta(minutes=minutes_per_5_epochs))
+        with store.session() as s:
+            report_progress(s, job_id, attempt.number, epoch, "s3://bucket/helmet/last.pt", sim_clock.now())
+    w.cloud.preempt(next(r for r in w.instances() if r.job_id == job_id).cloud_id)
+    job = w.job(job_id)
+    waiting = PlanJob(id=job_id, spec=w.ctx.spec_of(job_id, job.spec_json), submitted_at=utc(job.submitted_at),
+                      deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done,
+                      preemptions=job.preemptions, restarts=job.restarts)
+    return w, job_id, waiting
+
+
+@pytest.mark.parametrize("minutes_per_5_epochs, learned_a10, call", [
+    (5, pytest.approx(126, rel=0.05), "spot"),  # at its prior's speed (130 img/s): 0.4 h left, spot is safe
+    (21, pytest.approx(17.9, rel=0.05), "on-demand"),  # 7x slower: 3.5 h of work in 3.75 h, on-demand now
+])
+def test_a_waiting_job_is_placed_at_the_speed_its_own_epochs_ran(store, sim_clock, minutes_per_5_epochs: int,
+                                                                  learned_a10, call: str) -> None:
+    w, job_id, waiting = waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs)
+    now = sim_clock.now()
+    with store.session(write=False) as s:
+        assert w.ctx.rates.get(s, now)[("yolov9-s", "A10", 640)] == learned_a10  # what the planner is given
+    assert place_waiting(w.ctx, now, [waiting]) == {job_id: call}
+    # The same job seen through the priors alone (no rate learnt yet): spot, whatever its epochs took.
+    priors_only = w.new_ctx(rates=RatesMemo(checked=now))
+    assert place_waiting(priors_only, now, [waiting]) == {job_id: "spot"}
+    w.step()
+    assert [(a.capacity, a.start_epoch) for a in w.attempts(job_id)] == [("spot", 0), (call, 10)]
