@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qsl
 
 from providers.emulators.alibaba_rpc import (
@@ -46,6 +46,7 @@ from providers.emulators.alibaba_rpc import (
     rpc_error_body,
     rpc_json,
 )
+from providers.emulators.local_http import Served
 from providers.sandbox.billing import ALIBABA_RULES, Charge, Reservation, hourly_charges
 from providers.sandbox.cloud import SandboxCloud
 from scheduler.clock import Clock
@@ -74,7 +75,7 @@ class PlantedItem:
     day: str = ""  # YYYY-MM-DD for a DAILY bill; "" spreads nothing (the item is on the month's first day)
 
 
-class AlibabaBssEmulator:
+class AlibabaBssEmulator(Served):
     """BSS OpenAPI's ``QueryInstanceBill`` on 127.0.0.1 over one SandboxCloud's machines."""
 
     def __init__(
@@ -102,16 +103,7 @@ class AlibabaBssEmulator:
     @property
     def endpoint(self) -> str:
         """``127.0.0.1:PORT``: what ``GPUSCHED_ALIBABA_BSS_ENDPOINT`` takes."""
-        return f"{LISTEN_HOST}:{self._server.port}"
-
-    def close(self) -> None:
-        self._server.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return f"{LISTEN_HOST}:{self.port}"
 
     # --- levers ---------------------------------------------------------------
 

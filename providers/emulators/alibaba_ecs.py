@@ -71,7 +71,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qsl
 
 from providers.base import (
@@ -99,6 +99,7 @@ from providers.emulators.alibaba_rpc import (
     string_to_sign,
 )
 from providers.emulators.faults import FaultPlan
+from providers.emulators.local_http import Served
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
 from scheduler.clock import Clock
 from scheduler.models import Capacity, Offer, Stock
@@ -213,7 +214,7 @@ class _Launch:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-class AlibabaEcsEmulator:
+class AlibabaEcsEmulator(Served):
     """ECS's RPC API on 127.0.0.1 over one SandboxCloud.
 
     ``credentials`` maps AccessKeyId -> AccessKeySecret. ``wall_clock`` checks
@@ -267,22 +268,9 @@ class AlibabaEcsEmulator:
     # --- lifecycle ----------------------------------------------------------
 
     @property
-    def port(self) -> int:
-        return self._server.port
-
-    @property
     def endpoint(self) -> str:
         """``127.0.0.1:PORT``: what the adapter's endpoint override takes."""
         return f"{LISTEN_HOST}:{self.port}"
-
-    def close(self) -> None:
-        self._server.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- what tests look at ---------------------------------------------------
 

@@ -70,7 +70,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any, Self
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from providers.base import (
@@ -85,7 +85,7 @@ from providers.base import (
     Throttled,
 )
 from providers.emulators.faults import FaultPlan
-from providers.emulators.local_http import Answer, LocalServer, Request
+from providers.emulators.local_http import Answer, LocalServer, Request, Served
 from providers.sandbox.provider import SandboxCloud, SandboxInstance
 from scheduler.clock import Clock, SystemClock
 from scheduler.models import Capacity, Offer, Stock
@@ -228,7 +228,7 @@ def sign(secret_key: str, to_sign: str) -> str:
 # --- the emulator -----------------------------------------------------------------------
 
 
-class HuaweiEcsEmulator:
+class HuaweiEcsEmulator(Served):
     """ECS's REST API v1 on 127.0.0.1 over one SandboxCloud. Use as a context manager, or call ``close()``.
 
     ``clock`` is the clock the cloud runs on (job times). ``credentials`` maps AK -> SK;
@@ -278,27 +278,14 @@ class HuaweiEcsEmulator:
             ("POST", re.compile(r"^/cloudservers/(?P<server_id>[^/]+)/tags/action$"), "ServerTagsAction",
              self._tags_action),
         ]
-        self._http = LocalServer(self._answer, port=port, name="huawei-ecs-emulator")
+        self._server = LocalServer(self._answer, port=port, name="huawei-ecs-emulator")
 
     # --- lifetime -------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return self._http.port
 
     @property
     def endpoint(self) -> str:
         """``http://127.0.0.1:PORT``: what the adapter's endpoint setting takes."""
         return f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- scripting and looking, for tests -----------------------------------------
 

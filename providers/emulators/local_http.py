@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol, Self
 from urllib.parse import urlsplit
 
-__all__ = ["LISTEN_HOST", "Answer", "LocalServer", "Request"]
+__all__ = ["LISTEN_HOST", "Answer", "LocalServer", "Request", "Served"]
 
 LISTEN_HOST = "127.0.0.1"
 
@@ -41,6 +41,32 @@ class Answer:
     status: int
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Listening(Protocol):
+    @property
+    def port(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Served:
+    """An emulator's lifetime over the server it keeps in ``_server``: its port, ``close`` and ``with``."""
+
+    _server: _Listening
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    def close(self) -> None:
+        self._server.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class LocalServer:
