@@ -9,22 +9,16 @@ logs also give the API calls one steady tick makes with 100 running instances.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from providers.catalog import filter_offers, load_catalog
-from providers.registry import build_live
-from providers.sandbox.provider import SandboxCloud
-from scheduler.app.api import create_app
-from scheduler.clock import SimClock
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.lifecycle import tick as lifecycle
-from scheduler.lifecycle.context import TickContext
-from scheduler.settings import Settings
-from scheduler.simulation.simagent import SimAgents
-from scheduler.store.database import Store
+from scheduler.models import Offer
+from tests.app.emulated_world import AUTH, KEY_ID, SECRET, DaemonOnEmulator
 
 pytest.importorskip("aliyunsdkcore", reason="the Alibaba SDK (gpusched[alibaba]) is not installed")
 pytest.importorskip("tencentcloud", reason="the Tencent SDK (gpusched[tencent]) is not installed")
@@ -32,48 +26,25 @@ pytest.importorskip("tencentcloud", reason="the Tencent SDK (gpusched[tencent]) 
 from providers.emulators.alibaba_ecs import AlibabaEcsEmulator  # noqa: E402
 from providers.emulators.tencent_cvm import TencentCvmEmulator  # noqa: E402
 
-START = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
-TOKEN = "e2e-api-token-0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-KEY_ID, SECRET = "e2e-key-id", "e2e-secret-value"
 REGION = {"alibaba": "cn-hangzhou", "tencent": "ap-guangzhou"}
 
 
-class EmulatedCloud:
-    """One emulator on a SimClock, and the daemon's parts configured to use it."""
+class EmulatedCloud(DaemonOnEmulator):
+    """The Alibaba ECS or the Tencent CVM emulator, and the daemon's parts configured to use it."""
 
-    def __init__(self, cloud: str, tmp_path) -> None:
-        self.name = cloud
-        self.clock = SimClock(START)
-        offers = filter_offers(load_catalog(), providers=[cloud], regions=[REGION[cloud]])
-        self.sandbox = SandboxCloud(self.clock, offers, seed=5, interruption_scale=0.0)
-        if cloud == "alibaba":
+    def __init__(self, cloud: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(cloud, REGION[cloud], tmp_path)
+
+    def serve(self, offers: Sequence[Offer]) -> dict[str, Any]:
+        if self.name == "alibaba":
             self.emulator = AlibabaEcsEmulator(self.sandbox, {KEY_ID: SECRET})
-            config = {"access_key_id": KEY_ID, "access_key_secret": SECRET}
+            config: dict[str, Any] = {"access_key_id": KEY_ID, "access_key_secret": SECRET}
         else:
             self.emulator = TencentCvmEmulator(self.sandbox, self.clock, {KEY_ID: SECRET}, seed=5)
             config = {"secret_id": KEY_ID, "secret_key": SECRET, "currency": "USD"}  # the catalog's intl prices
-        config.update(endpoint=self.emulator.endpoint, protocol="http", regions=(REGION[cloud],),
-                      image_id="img-yolov9-e2e" if cloud == "tencent" else "m-yolov9-e2e")
-        self.settings = Settings(_env_file=None, backend="live", providers=[cloud], cluster="e2e",
-                                 api_token=TOKEN, sim_agents=True, data_dir=tmp_path, idle_stop_minutes=10)
-        self.providers = build_live(self.settings, self.clock, **{cloud: config})
-        self.store = Store(self.settings.db_url)
-        self.store.migrate()
-        self.api = TestClient(create_app(self.store, self.clock, self.settings))
-        self.ctx = TickContext(store=self.store, providers=self.providers, clock=self.clock, settings=self.settings)
-        # The agents see which instances run through the adapter's own listing, as a real fleet would.
-        self.agents = SimAgents(self.store, self.providers, "e2e", seed=1)
-
-    def step(self, minutes: int = 2) -> None:
-        self.agents.step(self.clock.now())
-        lifecycle.tick(self.ctx)
-        self.clock.advance(timedelta(minutes=minutes))
-
-    def close(self) -> None:
-        self.api.close()
-        self.store.dispose()
-        self.emulator.close()
+        config.update(endpoint=self.emulator.endpoint, protocol="http", regions=(REGION[self.name],),
+                      image_id="img-yolov9-e2e" if self.name == "tencent" else "m-yolov9-e2e")
+        return config
 
     def requests(self) -> Counter:
         if self.name == "alibaba":

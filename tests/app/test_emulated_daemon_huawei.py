@@ -9,60 +9,39 @@ servers lists them with one call per page. Nothing in the scheduler knows which 
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from providers.catalog import filter_offers, load_catalog
-from providers.registry import build_live
-from providers.sandbox.provider import SandboxCloud
-from scheduler.app.api import create_app
-from scheduler.clock import SimClock
 from scheduler.jobs.jobfile import load_job_file
 from scheduler.lifecycle import tick as lifecycle
-from scheduler.lifecycle.context import TickContext
-from scheduler.settings import Settings
-from scheduler.simulation.simagent import SimAgents
-from scheduler.store.database import Store
+from scheduler.models import Offer
+from tests.app.emulated_world import AUTH, KEY_ID, SECRET, DaemonOnEmulator
 
 pytest.importorskip("huaweicloudsdkecs", reason="the Huawei SDK (gpusched[huawei]) is not installed")
 
 from providers.emulators.huawei_ecs import HuaweiEcsEmulator  # noqa: E402
 
-START = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
-TOKEN = "e2e-api-token-0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-KEY_ID, SECRET = "e2e-key-id", "e2e-secret-value"
 REGION, PROJECT = "cn-north-4", "e2e0000000000000000000000000a0b1"
 
 
-class EmulatedHuawei:
+class EmulatedHuawei(DaemonOnEmulator):
     def __init__(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
-        self.clock = SimClock(START)
-        offers = filter_offers(load_catalog(), providers=["huawei"], regions=[REGION])
-        self.sandbox = SandboxCloud(self.clock, offers, seed=5, interruption_scale=0.0)
+        super().__init__("huawei", REGION, tmp_path)
+
+    def serve(self, offers: Sequence[Offer]) -> dict[str, Any]:
         self.emulator = HuaweiEcsEmulator(self.sandbox, self.clock, {KEY_ID: SECRET}, {PROJECT: REGION}, seed=5)
         # The keys go by their setting names: they also answer to HUAWEICLOUD_SDK_AK / _SK.
-        config = {"GPUSCHED_HUAWEI_ACCESS_KEY": KEY_ID, "GPUSCHED_HUAWEI_SECRET_KEY": SECRET,
-                  "GPUSCHED_HUAWEI_PROJECT_ID": PROJECT, "endpoint": self.emulator.endpoint, "regions": (REGION,),
-                  "image_id": "00000000-0000-4000-8000-0000000e2e01", "vpc_id": "vpc-e2e",
-                  "subnet_ids": {o.zone: f"subnet-{o.zone}" for o in offers}}
-        self.settings = Settings(_env_file=None, backend="live", providers=["huawei"], cluster="e2e",  # type: ignore[call-arg]
-                                 api_token=TOKEN, sim_agents=True, data_dir=tmp_path, idle_stop_minutes=10)
-        self.providers = build_live(self.settings, self.clock, huawei=config)
-        for region in (REGION,):  # tests talk to 127.0.0.1 only, whatever HTTP(S)_PROXY says
-            self.providers["huawei"]._client(region).get_http_client()._session.trust_env = False  # type: ignore[attr-defined]
-        self.store = Store(self.settings.db_url)
-        self.store.migrate()
-        self.api = TestClient(create_app(self.store, self.clock, self.settings))
-        self.ctx = TickContext(store=self.store, providers=self.providers, clock=self.clock, settings=self.settings)
-        self.agents = SimAgents(self.store, self.providers, "e2e", seed=1)
+        return {"GPUSCHED_HUAWEI_ACCESS_KEY": KEY_ID, "GPUSCHED_HUAWEI_SECRET_KEY": SECRET,
+                "GPUSCHED_HUAWEI_PROJECT_ID": PROJECT, "endpoint": self.emulator.endpoint, "regions": (REGION,),
+                "image_id": "00000000-0000-4000-8000-0000000e2e01", "vpc_id": "vpc-e2e",
+                "subnet_ids": {o.zone: f"subnet-{o.zone}" for o in offers}}
 
-    def step(self, minutes: int = 2) -> None:
-        self.agents.step(self.clock.now())
-        lifecycle.tick(self.ctx)
-        self.clock.advance(timedelta(minutes=minutes))
+    def connected(self) -> None:
+        # Tests talk to 127.0.0.1 only, whatever HTTP(S)_PROXY says.
+        self.providers["huawei"]._client(REGION).get_http_client()._session.trust_env = False  # type: ignore[attr-defined]
 
     def requests(self) -> Counter:
         return Counter(c.route for c in self.emulator.calls)
