@@ -297,12 +297,27 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
 
 def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now: datetime,
                  measured: dict) -> Decision:
-    """A job that already ran and can no longer meet its deadline is finished on on-demand, not thrown away."""
+    """A job that already ran and can no longer meet its deadline is finished on on-demand, not thrown away.
+
+    First the cheapest on-demand run that still meets the deadline without the safety margin (the
+    margin guards a plan that has time to spare; this job has none left, and the cheapest run with no
+    deadline at all can finish hours later than a dearer one that is on time). Only when no run meets
+    it: the cheapest on-demand run, however late. The first step is ours only: the simulator's
+    baselines stand for tools that know no margin to give up, and keep the plain fall-back.
+    """
     if d.action != "refuse" or not (job.epochs_done or job.preemptions) or job.deadline_at is None:
         return d
     spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": "on-demand"})})
+    policy = ctx.planner_policy()
+    if policy.strategy == "gpusched":
+        on_time = job.model_copy(update={"spec": spec})
+        [again] = plan([on_time], offers, [], now, policy.model_copy(update={"deadline_safety": 0.0}),
+                       measured=measured)
+        if again.action == "launch":
+            return again.model_copy(update={"reason": f"the deadline leaves no safety margin ({d.reason}); "
+                                                      f"on on-demand with none: {again.reason}"})
     late = job.model_copy(update={"deadline_at": None, "spec": spec})
-    [again] = plan([late], offers, [], now, ctx.planner_policy(), measured=measured, market=ctx.market)
+    [again] = plan([late], offers, [], now, policy, measured=measured, market=ctx.market)
     if again.action != "launch":
         return d
     return again.model_copy(update={"reason": f"the deadline can no longer be met ({d.reason}); "

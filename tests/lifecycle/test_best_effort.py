@@ -1,0 +1,88 @@
+"""A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``).
+
+Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c retrain, twice reclaimed,
+was refused because its fastest on-demand run (a V100) finished inside the 10% safety margin; with the
+deadline dropped, the cheapest on-demand run (an L4, 30% slower) was taken and finished 5.7 h late,
+while the V100 run would have been on time. The margin guards a plan that has time to spare; a job
+with none left takes the cheapest run that is still on time, and only when there is none, the cheapest.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from providers.catalog import load_catalog
+from scheduler.jobs.jobfile import parse_job
+from scheduler.lifecycle.context import TickContext
+from scheduler.lifecycle.tick import _best_effort
+from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.planner.plan import plan
+from scheduler.settings import Settings
+
+NOW = datetime(2026, 11, 4, 5, tzinfo=timezone.utc)
+OFFERS = [o for o in load_catalog() if o.region == "us-east-1" and o.instance_type in ("p3.2xlarge", "g6.xlarge")]
+
+
+def job_file(gpus: list[str], capacity: str):
+    return parse_job({
+        "name": "weed-spot-c-w45", "team": "agri", "kind": "train", "model": "yolov9-c",
+        "data": {"uri": "s3://bucket/weed", "train_images": 57600, "val_images": 5760},
+        "train": {"epochs": 60, "batch": 64}, "resources": {"gpus": gpus},
+        "where": {"providers": ["aws"], "regions": ["us-east-1"]},
+        "policy": {"deadline": "34h", "capacity": capacity},
+    }, "test.yaml")
+
+
+SPEC = job_file(["V100", "L4"], "auto")
+
+
+def ctx() -> TickContext:
+    return TickContext(store=None, providers={}, clock=None, settings=Settings(_env_file=None))  # type: ignore[arg-type]
+
+
+def on_demand_hours(gpu: str) -> float:
+    """The planner's own estimate of the job's remaining run on one GPU, on on-demand."""
+    job = PlanJob(id="probe", spec=job_file([gpu], "on-demand"), submitted_at=NOW, deadline_at=None,
+                  epochs_done=4, preemptions=2)
+    [d] = plan([job], OFFERS, [], NOW, PlannerPolicy())
+    assert d.action == "launch" and d.choice is not None
+    return d.choice.est_hours
+
+
+def job_due_in(hours: float) -> PlanJob:
+    return PlanJob(id="j", spec=SPEC, submitted_at=NOW - timedelta(hours=2), deadline_at=NOW + timedelta(hours=hours),
+                   epochs_done=4, preemptions=2)
+
+
+def best_effort(job: PlanJob):
+    [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
+    assert refused.action == "refuse"
+    return _best_effort(ctx(), refused, job, OFFERS, NOW, {})
+
+
+def test_the_setup_has_a_fast_dear_run_and_a_slow_cheap_one() -> None:
+    v100, l4 = on_demand_hours("V100"), on_demand_hours("L4")
+    assert l4 > v100 / 0.95  # the L4 misses a deadline the V100 meets with under 10% to spare
+
+
+def test_inside_the_safety_margin_the_on_time_run_is_taken_not_the_cheapest() -> None:
+    v100 = on_demand_hours("V100")
+    d = best_effort(job_due_in(v100 / 0.95))  # on time with 5% spare: inside the 10% margin
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.gpu, d.choice.capacity.value) == ("V100", "on-demand")
+    assert d.choice.finish_by <= NOW + timedelta(hours=v100 / 0.95)
+    assert d.reason.startswith("the deadline leaves no safety margin (")
+
+
+def test_past_any_on_time_run_the_cheapest_on_demand_run_finishes_it() -> None:
+    v100 = on_demand_hours("V100")
+    d = best_effort(job_due_in(v100 * 0.9))  # even the fastest run is late
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.gpu, d.choice.capacity.value) == ("L4", "on-demand")
+    assert d.reason.startswith("the deadline can no longer be met (")
+
+
+def test_a_job_that_never_ran_is_still_refused() -> None:
+    job = job_due_in(on_demand_hours("V100") / 0.95).model_copy(update={"epochs_done": 0, "preemptions": 0})
+    [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
+    assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
