@@ -21,6 +21,7 @@ from datetime import datetime
 
 import structlog
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from providers.base import InstanceRef
 from scheduler.accounting import ledger
@@ -28,8 +29,9 @@ from scheduler.jobs import perf
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
-from scheduler.planner.inputs import Measured
-from scheduler.planner.plan import spot_allowed
+from scheduler.planner.book import market_for
+from scheduler.planner.inputs import Measured, PlanJob
+from scheduler.planner.plan import plan, spot_allowed
 from scheduler.planner.spot_rule import RuleInput, SpotState, decide
 from scheduler.states import (
     ATTEMPT_MOVES,
@@ -219,11 +221,31 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
+            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured):
+                continue  # the planner would send it straight back to on-demand: a changeover for nothing
             if on_spot:
                 ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)
+
+
+def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
+                        measured: Measured) -> bool:
+    """Whether the planner, asked now, would put the job on spot from its last checkpoint.
+
+    The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
+    that the planner will not place there is relaunched on on-demand at once, after losing a boot and
+    half an epoch (and once a move is not honoured, the rule leaves the job alone for that attempt)."""
+    spot = spec.model_copy(update={"policy": spec.policy.model_copy(update={"capacity": Capacity.spot.value})})
+    policy = ctx.planner_policy()
+    spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
+    pj = PlanJob(id=job.id, spec=spot, submitted_at=utc(job.submitted_at), deadline_at=utc(job.deadline_at),
+                 epochs_done=job.epochs_done, preemptions=job.preemptions, restarts=job.restarts,
+                 avoid=ctx.offers.avoided(now), spent=spent)
+    offers = ctx.offers.offers(ctx.providers, now)
+    [d] = plan([pj], offers, [], now, policy, measured=measured, market=market_for(offers, policy, ctx.market))
+    return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.spot
 
 
 def _move(ctx: TickContext, now: datetime, job_id: str, inst_id: str, target: SpotState, reason: str,

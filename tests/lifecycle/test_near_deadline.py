@@ -1,23 +1,34 @@
-"""A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``).
+"""Where a deadline is near, the tick and the steering rule follow the planner's safety margin.
+
+A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``).
 
 Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c retrain, twice reclaimed,
 was refused because its fastest on-demand run (a V100) finished inside the 10% safety margin; with the
 deadline dropped, the cheapest on-demand run (an L4, 30% slower) was taken and finished 5.7 h late,
 while the V100 run would have been on time. The margin guards a plan that has time to spare; a job
 with none left takes the cheapest run that is still on time, and only when there is none, the cheapest.
+
+The steering rule weighs slack without that margin: it moved such a job, on on-demand with 2 h to
+spare, to spot, and the planner put it straight back on on-demand (a boot and half an epoch lost).
+It now asks the planner first (``steering._planner_takes_spot``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
 
 from providers.catalog import load_catalog
 from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle.context import TickContext
+from scheduler.lifecycle.steering import _planner_takes_spot
 from scheduler.lifecycle.tick import _best_effort
 from scheduler.planner.inputs import PlanJob, PlannerPolicy
 from scheduler.planner.plan import plan
 from scheduler.settings import Settings
+from tests.lifecycle.test_lifecycle import World, job_spec
 
 NOW = datetime(2026, 11, 4, 5, tzinfo=timezone.utc)
 OFFERS = [o for o in load_catalog() if o.region == "us-east-1" and o.instance_type in ("p3.2xlarge", "g6.xlarge")]
@@ -86,3 +97,22 @@ def test_a_job_that_never_ran_is_still_refused() -> None:
     job = job_due_in(on_demand_hours("V100") / 0.95).model_copy(update={"epochs_done": 0, "preemptions": 0})
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
+
+
+# --- the steering rule moves a job to spot only where the planner would place it there -----------------
+
+
+@pytest.mark.parametrize("deadline_min, takes_spot", [
+    (48 * 60, True),  # two days for half an hour of work: spot, reclaims and all
+    (40, False),  # on-demand just fits; spot's reclaims would make it late: the planner keeps on-demand
+])
+def test_the_rule_asks_the_planner_before_a_move_to_spot(store, sim_clock, deadline_min: int,
+                                                         takes_spot: bool) -> None:
+    w = World(store, sim_clock)
+    base = job_spec(deadline=f"{deadline_min}m")
+    spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})})
+    now = sim_clock.now()
+    job = SimpleNamespace(id="j", submitted_at=now, deadline_at=now + timedelta(minutes=deadline_min), epochs_done=0,
+                          preemptions=0, restarts=0)
+    with store.session(write=False) as s:
+        assert _planner_takes_spot(w.ctx, s, job, spec, now, {}) is takes_spot
