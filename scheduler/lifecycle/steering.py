@@ -11,7 +11,8 @@ the machine is released and the job is planned again on the target capacity,
 resuming from that checkpoint. A move is not a preemption and does not count
 against ``max_restarts``; but no move goes to spot once the planner has taken the
 job off it (``planner.spot_allowed``), or the two would pass it back and forth
-until its reclaims outran ``max_restarts``.
+until its reclaims outran ``max_restarts``, nor any that the planner, asked first,
+would not place on spot (the rule weighs slack without the planner's safety margin).
 """
 
 from __future__ import annotations
