@@ -14,6 +14,10 @@ partial epoch it was in is lost, exactly as with a real preemption. Every runnin
 agent heartbeats each step (up to the moment its machine stopped, where that is known), so
 the daemon's silence watch (``lifecycle/agent_watch.py``) only fires for an agent a test
 makes silent (``silent``). Its first heartbeat stands for the real agent's hello.
+A progress report is dated when its last epoch ended, not when the step that found it ran:
+the real agent reports within seconds of an epoch, but the simulation jumps from event to
+event, and a report dated at the step made the epoch times the daemon learns from as uneven
+as those jumps (samples of one run 0.6x to 7x its true speed).
 
 With ``output_bytes`` (the sandbox daemon and the demo) each attempt also writes output, as the real
 agent ships its job's (``lifecycle/job_logs.py``), so that ``gpusched logs`` shows a sandbox job: the
@@ -27,7 +31,7 @@ import random
 import shlex
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -156,12 +160,12 @@ class SimAgents:
             select(AttemptRow).join(JobRow, (JobRow.id == AttemptRow.job_id) & (JobRow.attempt == AttemptRow.number))
             .where(AttemptRow.job_id.in_(jobs)))}
         finished = 0
-        for what, job_id, number, epochs, text in reports:
+        for what, job_id, number, epochs, text, at in reports:
             if what == "output":  # the sandbox's stand-in for the job's output (`gpusched logs`)
                 s.flush()  # the output's offsets are read from the rows written before it
                 append_lines(s, job_id, number, text or "", now, limit=self.output_bytes or 0)
             elif what == "progress":
-                report_progress(s, job_id, number, epochs, text, now, source="simulated", attempt=current.get(job_id))
+                report_progress(s, job_id, number, epochs, text, at, source="simulated", attempt=current.get(job_id))
             else:
                 report_finished(s, job_id, number, True, now, text or "", attempt=current.get(job_id))
                 finished += 1
@@ -169,11 +173,11 @@ class SimAgents:
         return finished
 
     def _reports(self, s: Session, now: datetime, running: list,
-                 alive: set[str] | None) -> list[tuple[str, str, int, int, str | None]]:
+                 alive: set[str] | None) -> list[Report]:
         """What each running attempt's agent reports at ``now``, in order: ("progress", job, attempt,
-        epochs done, checkpoint), ("finished", job, attempt, 0, message) and, when the sandbox writes the
-        jobs' output, ("output", job, attempt, 0, lines)."""
-        out: list[tuple[str, str, int, int, str | None]] = []
+        epochs done, checkpoint, when the last of them ended), ("finished", job, attempt, 0, message, now)
+        and, when the sandbox writes the jobs' output, ("output", job, attempt, 0, lines, now)."""
+        out: list[Report] = []
         for r in running:
             if r.started_at is None or r.cloud_id is None or r.id in self.silent:
                 continue  # not started, or a silent agent: hung, so its job makes no progress either
@@ -199,7 +203,7 @@ class SimAgents:
             factor = self.true_factor(r.job_id, r.gpu)
             told = self.output_bytes is not None
             if told and (r.job_id, r.number) not in self._told:
-                _say(out, r, self._first_lines(s, r, spec))
+                _say(out, r, self._first_lines(s, r, spec), now)
             started = utc(r.started_at)
             elapsed_h = (until - started).total_seconds() / 3600
             work_h = elapsed_h - est.setup_hours * factor
@@ -217,20 +221,21 @@ class SimAgents:
                 epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                 if epochs > r.epochs_done:
                     if told:
-                        _say(out, r, _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu))
-                    out.append(("progress", r.job_id, r.number, epochs, _resume_uri(spec)))
+                        _say(out, r, _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu), now)
+                    ended = started + timedelta(hours=est.setup_hours * factor + (epochs - r.start_epoch) * epoch_h)
+                    out.append(Report("progress", r.job_id, r.number, epochs, _resume_uri(spec), min(ended, until)))
                 if epochs >= total and until == now:
                     unit = "epochs" if spec.kind is Kind.train else "shards"
                     if told:
-                        _say(out, r, [f"{_SIM} {total} {unit} done; the job succeeded"])
-                    out.append(("finished", r.job_id, r.number, 0, f"{total} {unit}"))
+                        _say(out, r, [f"{_SIM} {total} {unit} done; the job succeeded"], now)
+                    out.append(Report("finished", r.job_id, r.number, 0, f"{total} {unit}", now))
             else:
                 finish_at = started + timedelta(hours=est.hours * factor)
                 self._finish_at[(r.job_id, r.number)] = finish_at
                 if until >= finish_at and until == now:
                     if told:
-                        _say(out, r, [f"{_SIM} {spec.kind.value} finished; the job succeeded"])
-                    out.append(("finished", r.job_id, r.number, 0, None))
+                        _say(out, r, [f"{_SIM} {spec.kind.value} finished; the job succeeded"], now)
+                    out.append(Report("finished", r.job_id, r.number, 0, None, now))
         return out
 
     def _first_lines(self, s: Session, r: Any, spec: JobSpec) -> list[str]:
@@ -317,7 +322,18 @@ def _command(spec: JobSpec, instance_id: str, gpu: str, gpu_count: int, start_ep
     return shlex.join(argv)
 
 
-def _say(out: list[tuple[str, str, int, int, str | None]], r: Any, lines: list[str]) -> None:
+class Report(NamedTuple):
+    """One thing an agent says at a step (``SimAgents._reports``)."""
+
+    what: str  # "progress", "finished" or "output"
+    job_id: str
+    number: int  # the attempt
+    epochs: int  # progress: epochs (or shards) done
+    text: str | None  # progress: the checkpoint; finished: the message; output: the lines
+    at: datetime  # progress: when the last of those epochs ended; else the step's time
+
+
+def _say(out: list[Report], r: Any, lines: list[str], now: datetime) -> None:
     """Queue ``lines`` of output for the attempt ``r`` among its reports."""
     if lines:
-        out.append(("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines)))
+        out.append(Report("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines), now))
