@@ -9,12 +9,16 @@ every policy's cost in the month simulation by about 8%.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from sqlalchemy import select
 
+from scheduler.jobs import perf
 from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle import tick as lifecycle
-from scheduler.store.tables import JobRow
+from scheduler.lifecycle.perf_learning import catalog_vcpus
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
 from tests.lifecycle.test_lifecycle import World
 
 
@@ -60,3 +64,30 @@ def test_every_job_finishes_at_the_event_the_agents_announced(store, sim_clock, 
         finished_at_event += len(ended)
         lifecycle.tick(w.ctx)
     assert finished_at_event == len(ids)
+
+
+def test_the_epoch_times_the_daemon_learns_are_the_jobs_own_whatever_the_steps(store, sim_clock):
+    """A report is dated when its last epoch ended, not when the step that found it ran: the
+    simulation jumps unevenly (here 7 to 95 minutes), and samples dated at the step once ranged
+    from 0.6x to 7x the run's true speed, which the planner then learnt as the GPU's speed."""
+    w = World(store, sim_clock, seed=5)
+    spec = _spec("train", 0)
+    spec["data"]["train_images"], spec["train"]["epochs"] = 40_000, 100
+    job_id = w.submit(parse_job(spec, "t.yaml"))
+    w.run_until(lambda: w.job(job_id).state == "running", limit=60)
+    for minutes in [7, 95, 12, 33, 61, 8, 47, 90, 15, 70] * 4:
+        if w.job(job_id).state != "running":
+            break
+        sim_clock.advance(timedelta(minutes=minutes))
+        w.agents.step(sim_clock.now())
+    with store.session(write=False) as s:
+        samples = s.scalars(select(PerfSampleRow).where(PerfSampleRow.job_id == job_id)
+                            .order_by(PerfSampleRow.id)).all()
+        [attempt] = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id)).all()
+        inst = s.get(InstanceRow, attempt.instance_id)
+    est = perf.estimate(parse_job(spec, "t.yaml"), inst.gpu, inst.gpu_count, catalog_vcpus(inst.instance_type))
+    true_epoch_s = est.epoch_hours * w.agents.true_factor(job_id, inst.gpu) * 3600
+    assert len(samples) >= 10
+    # The first sample measures from the attempt's start less the estimated setup (the true one differs).
+    for sample in samples[1:]:
+        assert sample.epoch_seconds == pytest.approx(true_epoch_s, rel=1e-6)
