@@ -168,6 +168,10 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
                 continue
             d = decide(inp)
+            if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured):
+                # The rule weighed the machine the job was on; a faster one on spot meets the deadline with
+                # the planner's margin and bad case, so the planner chooses, not a move to on-demand.
+                continue
             out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")
     return out
 
