@@ -104,13 +104,15 @@ def test_the_rules_call_follows_the_measured_speed(state: SpotState, epochs_done
 # --- through the tick: the rule reads the rates the job's own epochs taught (``ctx.rates``) -----------
 
 
-def waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs: int):
+def waiting_after_a_reclaim(store, sim_clock, minutes_per_5_epochs: int, gpus: tuple[str, ...] = ("A10",)):
     """A 60-epoch yolov9-s run on an A10 (prior: 0.53 h in all), due 4.5 h after submission: it reports
     epochs 5 and 10, ``minutes_per_5_epochs`` apart, and its spot machine is reclaimed."""
     w = World(store, sim_clock)
     w.agents.step = lambda now: 0  # the test plays the agent
     base = job_spec(deadline="270m")
-    job_id = w.submit(base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})}))
+    spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60}),
+                                   "resources": base.resources.model_copy(update={"gpus": gpus})})
+    job_id = w.submit(spec)
     w.run_until(lambda: w.job(job_id).state == JobState.running.value)
     attempt = w.attempts(job_id)[-1]
     for epoch in (5, 10):
@@ -141,3 +143,17 @@ def test_a_waiting_job_is_placed_at_the_speed_its_own_epochs_ran(store, sim_cloc
     assert place_waiting(priors_only, now, [waiting]) == {job_id: "spot"}
     w.step()
     assert [(a.capacity, a.start_epoch) for a in w.attempts(job_id)] == [("spot", 0), (call, 10)]
+
+
+def test_a_waiting_job_too_slow_on_its_machine_is_left_to_the_planner(store, sim_clock) -> None:
+    """Issue 17 (diagnosis month long-training 63): the rule judges the machine the job was on. Here the
+    A10 ran 7x slower than its prior, too slow for the deadline, and the rule would send the job to
+    on-demand (as with an A10 only, above); but the job file also allows an A100-80G, where the planner
+    puts the rest of the run on spot within its margin and bad case. So the rule makes no call."""
+    w, job_id, waiting = waiting_after_a_reclaim(store, sim_clock, 21, gpus=("A10", "A100-80G"))
+    gpu_of = {o.instance_type: o.gpu for o in load_catalog()}
+    assert gpu_of[w.attempts(job_id)[0].instance_type] == "A10"  # the planner's first pick: the cheapest
+    assert place_waiting(w.ctx, sim_clock.now(), [waiting]) == {}
+    w.step()
+    [first, second] = w.attempts(job_id)
+    assert (second.capacity, gpu_of[second.instance_type], second.start_epoch) == ("spot", "A100-80G", 10)
