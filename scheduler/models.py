@@ -219,6 +219,10 @@ class JobSpec(Frozen):
             return submitted_at + d
         return d
 
+    def with_capacity(self, capacity: str) -> JobSpec:
+        """The same job asked on ``capacity`` ("spot", "on-demand", ...): how the daemon plans a move."""
+        return self.model_copy(update={"policy": self.policy.model_copy(update={"capacity": capacity})})
+
 
 # --- offers and prices -------------------------------------------------------
 

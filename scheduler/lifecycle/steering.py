@@ -168,7 +168,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
                 continue
             d = decide(inp)
-            if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured):
+            if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured, avoided):
                 # The rule weighed the machine the job was on; a faster one on spot meets the deadline with
                 # the planner's margin and bad case, so the planner chooses, not a move to on-demand.
                 continue
@@ -226,7 +226,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
-            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured):
+            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided):
                 continue  # the planner would send it straight back to on-demand: a changeover for nothing
             if on_spot:
                 ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
@@ -236,20 +236,21 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
-                        measured: Measured) -> bool:
+                        measured: Measured, avoided: frozenset[str]) -> bool:
     """Whether the planner, asked now, would put the job on spot from its last checkpoint.
 
     The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
     that the planner will not place there is relaunched on on-demand at once, after losing a boot and
-    half an epoch (and once a move is not honoured, the rule leaves the job alone for that attempt)."""
-    spot = spec.model_copy(update={"policy": spec.policy.model_copy(update={"capacity": Capacity.spot.value})})
+    half an epoch (and once a move is not honoured, the rule leaves the job alone for that attempt).
+    The offers' grouping it builds, if any, is kept for the tick's own plan (``ctx.market``)."""
     policy = ctx.planner_policy()
     spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
-    pj = PlanJob(id=job.id, spec=spot, submitted_at=utc(job.submitted_at), deadline_at=utc(job.deadline_at),
-                 epochs_done=job.epochs_done, preemptions=job.preemptions, restarts=job.restarts,
-                 avoid=ctx.offers.avoided(now), spent=spent)
+    pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.spot.value), submitted_at=utc(job.submitted_at),
+                 deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
+                 restarts=job.restarts, avoid=avoided, spent=spent)
     offers = ctx.offers.offers(ctx.providers, now)
-    [d] = plan([pj], offers, [], now, policy, measured=measured, market=market_for(offers, policy, ctx.market))
+    ctx.market = market_for(offers, policy, ctx.market)
+    [d] = plan([pj], offers, [], now, policy, measured=measured, market=ctx.market)
     return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.spot
 
 

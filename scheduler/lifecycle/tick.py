@@ -290,8 +290,7 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
                     row.reason = call[6:]
                     add_event(s, now, "job_waiting", call[6:], job_id=job.id)
         else:
-            spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": call})})
-            out.append(job.model_copy(update={"spec": spec}))
+            out.append(job.model_copy(update={"spec": job.spec.with_capacity(call)}))
     return out
 
 
@@ -307,7 +306,7 @@ def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now:
     """
     if d.action != "refuse" or not (job.epochs_done or job.preemptions) or job.deadline_at is None:
         return d
-    spec = job.spec.model_copy(update={"policy": job.spec.policy.model_copy(update={"capacity": "on-demand"})})
+    spec = job.spec.with_capacity(Capacity.on_demand.value)
     policy = ctx.planner_policy()
     if policy.strategy == "gpusched":
         on_time = job.model_copy(update={"spec": spec})
@@ -329,7 +328,7 @@ def _with_override(ctx: TickContext, job_id: str, spec: JobSpec) -> JobSpec:
     capacity = ctx.capacity_override.get(job_id)
     if capacity is None:
         return spec
-    return spec.model_copy(update={"policy": spec.policy.model_copy(update={"capacity": capacity})})
+    return spec.with_capacity(capacity)
 
 
 def _team_budgets(ctx: TickContext, s: Session, now: datetime, teams: set[str]) -> dict[str, TeamBudget]:

@@ -165,7 +165,8 @@ class SimAgents:
                 s.flush()  # the output's offsets are read from the rows written before it
                 append_lines(s, job_id, number, text or "", now, limit=self.output_bytes or 0)
             elif what == "progress":
-                report_progress(s, job_id, number, epochs, text, at, source="simulated", attempt=current.get(job_id))
+                report_progress(s, job_id, number, epochs, text, at or now, source="simulated",
+                                attempt=current.get(job_id))
             else:
                 report_finished(s, job_id, number, True, now, text or "", attempt=current.get(job_id))
                 finished += 1
@@ -175,8 +176,8 @@ class SimAgents:
     def _reports(self, s: Session, now: datetime, running: list,
                  alive: set[str] | None) -> list[Report]:
         """What each running attempt's agent reports at ``now``, in order: ("progress", job, attempt,
-        epochs done, checkpoint, when the last of them ended), ("finished", job, attempt, 0, message, now)
-        and, when the sandbox writes the jobs' output, ("output", job, attempt, 0, lines, now)."""
+        epochs done, checkpoint, when the last of them ended), ("finished", job, attempt, 0, message) and,
+        when the sandbox writes the jobs' output, ("output", job, attempt, 0, lines)."""
         out: list[Report] = []
         for r in running:
             if r.started_at is None or r.cloud_id is None or r.id in self.silent:
@@ -203,7 +204,7 @@ class SimAgents:
             factor = self.true_factor(r.job_id, r.gpu)
             told = self.output_bytes is not None
             if told and (r.job_id, r.number) not in self._told:
-                _say(out, r, self._first_lines(s, r, spec), now)
+                _say(out, r, self._first_lines(s, r, spec))
             started = utc(r.started_at)
             elapsed_h = (until - started).total_seconds() / 3600
             work_h = elapsed_h - est.setup_hours * factor
@@ -221,21 +222,21 @@ class SimAgents:
                 epochs = total if until >= finish_at else min(total, r.start_epoch + int(work_h // epoch_h))
                 if epochs > r.epochs_done:
                     if told:
-                        _say(out, r, _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu), now)
-                    ended = started + timedelta(hours=est.setup_hours * factor + (epochs - r.start_epoch) * epoch_h)
+                        _say(out, r, _unit_lines(spec, r.epochs_done, epochs, total, epoch_h, r.gpu))
+                    ended = finish_at - timedelta(hours=(total - epochs) * epoch_h)  # its last epoch's end
                     out.append(Report("progress", r.job_id, r.number, epochs, _resume_uri(spec), min(ended, until)))
                 if epochs >= total and until == now:
                     unit = "epochs" if spec.kind is Kind.train else "shards"
                     if told:
-                        _say(out, r, [f"{_SIM} {total} {unit} done; the job succeeded"], now)
-                    out.append(Report("finished", r.job_id, r.number, 0, f"{total} {unit}", now))
+                        _say(out, r, [f"{_SIM} {total} {unit} done; the job succeeded"])
+                    out.append(Report("finished", r.job_id, r.number, 0, f"{total} {unit}"))
             else:
                 finish_at = started + timedelta(hours=est.hours * factor)
                 self._finish_at[(r.job_id, r.number)] = finish_at
                 if until >= finish_at and until == now:
                     if told:
-                        _say(out, r, [f"{_SIM} {spec.kind.value} finished; the job succeeded"], now)
-                    out.append(Report("finished", r.job_id, r.number, 0, None, now))
+                        _say(out, r, [f"{_SIM} {spec.kind.value} finished; the job succeeded"])
+                    out.append(Report("finished", r.job_id, r.number, 0, None))
         return out
 
     def _first_lines(self, s: Session, r: Any, spec: JobSpec) -> list[str]:
@@ -330,10 +331,10 @@ class Report(NamedTuple):
     number: int  # the attempt
     epochs: int  # progress: epochs (or shards) done
     text: str | None  # progress: the checkpoint; finished: the message; output: the lines
-    at: datetime  # progress: when the last of those epochs ended; else the step's time
+    at: datetime | None = None  # progress: when the last of those epochs ended
 
 
-def _say(out: list[Report], r: Any, lines: list[str], now: datetime) -> None:
+def _say(out: list[Report], r: Any, lines: list[str]) -> None:
     """Queue ``lines`` of output for the attempt ``r`` among its reports."""
     if lines:
-        out.append(Report("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines), now))
+        out.append(Report("output", r.job_id, r.number, 0, "".join(line + "\n" for line in lines)))

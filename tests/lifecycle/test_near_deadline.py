@@ -115,4 +115,4 @@ def test_the_rule_asks_the_planner_before_a_move_to_spot(store, sim_clock, deadl
     job = SimpleNamespace(id="j", submitted_at=now, deadline_at=now + timedelta(minutes=deadline_min), epochs_done=0,
                           preemptions=0, restarts=0)
     with store.session(write=False) as s:
-        assert _planner_takes_spot(w.ctx, s, job, spec, now, {}) is takes_spot
+        assert _planner_takes_spot(w.ctx, s, job, spec, now, {}, frozenset()) is takes_spot

@@ -72,7 +72,7 @@ def test_the_epoch_times_the_daemon_learns_are_the_jobs_own_whatever_the_steps(s
     from 0.6x to 7x the run's true speed, which the planner then learnt as the GPU's speed."""
     w = World(store, sim_clock, seed=5)
     spec = _spec("train", 0)
-    spec["data"]["train_images"], spec["train"]["epochs"] = 40_000, 100
+    spec["data"]["train_images"], spec["train"]["epochs"] = 40_000, 300  # outlasts the 40 steps below
     job_id = w.submit(parse_job(spec, "t.yaml"))
     w.run_until(lambda: w.job(job_id).state == "running", limit=60)
     for minutes in [7, 95, 12, 33, 61, 8, 47, 90, 15, 70] * 4:
