@@ -20,13 +20,19 @@ RESULTS_HEADER = ("               epoch,      train/box_loss,   metrics/precisio
                   "     metrics/mAP_0.5,metrics/mAP_0.5:0.95\n")
 
 
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+
+
 def checkpoint_bytes(epoch: int) -> bytes:
     """A file shaped like YOLOv9's last.pt holding ``epoch`` (no torch needed to read it back)."""
     buf = io.BytesIO()
+    # Fixed entry dates: zipfile stamps the clock by default, and a test that writes the same checkpoint twice
+    # a second apart would see different bytes.
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("last/data.pkl", pickle.dumps({"epoch": epoch, "best_fitness": 0.5, "model": None,
-                                                  "optimizer": None if epoch == -1 else {"state": {}}}, protocol=2))
-        z.writestr("last/version", "3\n")
+        z.writestr(zipfile.ZipInfo("last/data.pkl", _ZIP_DATE),
+                   pickle.dumps({"epoch": epoch, "best_fitness": 0.5, "model": None,
+                                 "optimizer": None if epoch == -1 else {"state": {}}}, protocol=2))
+        z.writestr(zipfile.ZipInfo("last/version", _ZIP_DATE), "3\n")
     return buf.getvalue()
 
 
@@ -35,9 +41,10 @@ def checkpoint(path, epoch):
     import io, pickle, zipfile
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("last/data.pkl", pickle.dumps({"epoch": epoch, "best_fitness": 0.5, "model": None,
-                                                  "optimizer": None if epoch == -1 else {"state": {}}}, protocol=2))
-        z.writestr("last/version", "3\\n")
+        z.writestr(zipfile.ZipInfo("last/data.pkl", (1980, 1, 1, 0, 0, 0)),
+                   pickle.dumps({"epoch": epoch, "best_fitness": 0.5, "model": None,
+                                 "optimizer": None if epoch == -1 else {"state": {}}}, protocol=2))
+        z.writestr(zipfile.ZipInfo("last/version", (1980, 1, 1, 0, 0, 0)), "3\\n")
     open(path, "wb").write(buf.getvalue())
 
 
