@@ -124,12 +124,16 @@ def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: s
     to the queue to resume from its last checkpoint (``resume``; else from scratch), or fails once its
     losses outrun ``max_restarts``. The row is detached from the job.
 
-    A loss spends one of ``max_restarts`` only when the attempt checkpointed no progress (or the job
-    starts over: ``resume`` False, or a kind without checkpoints). ``max_restarts`` stops a job that
-    cannot get anywhere (a crash loop, reclaims faster than its checkpoints); a spot reclaim that the
-    job resumes from a later checkpoint is the price of spot, which the planner already charges (its
-    expected reclaims, ``planner.cost``), and counting it made every run longer than about
-    ``max_restarts`` reclaim intervals finish on on-demand (issue 17: the long training jobs).
+    ``max_restarts`` bounds the losses in a row after which the job got nowhere: a loss the attempt
+    checkpointed no progress before (or the job starts over: ``resume`` False, or a kind without
+    checkpoints) adds one, and an attempt that checkpointed progress clears the count. So it stops a
+    job that cannot get anywhere (a crash loop, reclaims faster than its checkpoints) after
+    ``max_restarts`` losses as before, while a spot reclaim is the price of spot, which the planner
+    already charges (its expected reclaims, ``planner.cost``). Counting every loss made every run
+    longer than about ``max_restarts`` reclaim intervals finish on on-demand; counting the losses
+    without progress over the whole run still did for a multi-day run on a market reclaimed every
+    two hours, where about one attempt in four is reclaimed during its boot and first epoch (issue 17:
+    the long training jobs).
 
     Returns the job when it counted the loss, None when there was nothing to count (the row worked
     for no job, or its job had already ended): a loss reported twice (the agent's reclaim notice,
@@ -152,13 +156,12 @@ def requeue_after_loss(s: Session, row: InstanceRow, now: datetime, *, reason: s
                   instance_id=other.id, job_id=job.id)
     job.preemptions += 1
     progressed = resume and job.epochs_done > (attempt.start_epoch or 0)
-    if not progressed:
-        job.restarts = (job.restarts or 0) + 1
+    job.restarts = 0 if progressed else (job.restarts or 0) + 1
     spec = JobSpec.model_validate(job.spec_json)
     set_job(job, J.preempted, now)
     if job.restarts > spec.policy.max_restarts:
         set_job(job, J.failed, now,
-                f"lost its machine {job.restarts} times without progress (max_restarts "
+                f"lost its machine {job.restarts} times in a row without progress (max_restarts "
                 f"{spec.policy.max_restarts}; {job.preemptions} losses in all)")
         job.finished_at = now
     else:

@@ -29,7 +29,7 @@ class PlanJob(Frozen):
     deadline_at: datetime | None  # resolved absolute deadline
     epochs_done: int = 0  # resume point for train jobs
     preemptions: int = 0
-    restarts: int | None = None  # losses that spent max_restarts (None: every preemption did)
+    restarts: int | None = None  # losses in a row without progress (None: every preemption counts)
     avoid: frozenset[str] = frozenset()  # "Offer.key|capacity" that recently raised NoCapacity
     spent: Money | None = None  # already spent on earlier attempts; counts against the budget
 

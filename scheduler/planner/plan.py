@@ -26,7 +26,7 @@ filters and ``policy.capacity``), narrowed by the planner (``_planner_capacities
 Choice: reserved capacity first (no marginal cost), then the lowest expected
 cost, a warm machine winning a tie, then the earliest finish. Jobs are planned
 by priority, deadline, submission and id; each fleet slot goes to one job.
-A job leaves spot (``spot_allowed``) when one more loss without progress would leave it no
+A job leaves spot (``spot_allowed``) when one more loss without progress (in a row) would leave it no
 restart to spare under its ``max_restarts`` (the job fails past that), or once
 it has been preempted ``max_preemptions_before_on_demand`` times where that cap
 is set; unless its job file asks for spot only: that choice stands. The job's own
@@ -155,8 +155,8 @@ _FEASIBLE, _WAITING = Rank.FEASIBLE, Rank.WAITING  # read once: an enum member i
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy, restarts: int | None = None) -> bool:
     """May a job of capacity ``auto`` go (back) on spot? Not when a reclaim would leave fewer than
-    ``SPARE_RESTARTS`` of its ``max_restarts`` (``restarts``: the losses that spent it, by default every
-    preemption; a job whose losses outrun ``max_restarts`` fails, and on-demand machines are lost too,
+    ``SPARE_RESTARTS`` of its ``max_restarts`` (``restarts``: the losses in a row that spent it, by default
+    every preemption; a job whose losses outrun ``max_restarts`` fails, and on-demand machines are lost too,
     if rarely), nor once it has been reclaimed
     ``max_preemptions_before_on_demand`` times where the policy sets that. The steering rule asks the
     same before a move to spot, so the two never pass a job back and forth."""

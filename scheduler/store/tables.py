@@ -73,7 +73,8 @@ class JobRow(Base):
     submitted_by: Mapped[str | None] = mapped_column(String(63))
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # number of the latest attempt
     preemptions: Mapped[int] = mapped_column(Integer, default=0)  # every machine lost to the job
-    # The losses that spend max_restarts: none made checkpointed progress (lifecycle.transitions).
+    # The losses in a row that spend max_restarts: none made checkpointed progress; an attempt
+    # that did clears it (lifecycle.transitions).
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     epochs_done: Mapped[int] = mapped_column(Integer, default=0)
     epochs_total: Mapped[int | None] = mapped_column(Integer)
