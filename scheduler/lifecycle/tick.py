@@ -241,7 +241,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
     by_id = {j.id: j for j in jobs}  # not a scan of the queue per decision: quadratic in a long queue
     for d in decisions:
         try:
-            _act(ctx, now, _best_effort(ctx, d, by_id[d.job_id], offers, now, measured), report)
+            _act(ctx, now, _best_effort(ctx, d, by_id[d.job_id], offers, now, measured, budgets), report)
         except Exception as exc:  # noqa: BLE001 - SimulatedCrash is a BaseException and still goes through
             set_aside(ctx, now, report, d.job_id, f"its plan could not be carried out ({describe(exc)})",
                       fail=False, exc=exc)
@@ -295,28 +295,40 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
 
 
 def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now: datetime,
-                 measured: dict) -> Decision:
-    """A job that already ran and can no longer meet its deadline is finished on on-demand, not thrown away.
+                 measured: dict, budgets: dict[str, TeamBudget] | None = None) -> Decision:
+    """A job refused by its deadline runs on on-demand where that can still help, rather than being dropped.
 
-    First the cheapest on-demand run that still meets the deadline without the safety margin (the
-    margin guards a plan that has time to spare; this job has none left, and the cheapest run with no
-    deadline at all can finish hours later than a dearer one that is on time). Only when no run meets
-    it: the cheapest on-demand run, however late. The first step is ours only: the simulator's
-    baselines stand for tools that know no margin to give up, and keep the plain fall-back.
+    First the cheapest on-demand run that meets the deadline without the safety margin (the margin
+    guards a plan that has time to spare; this job has none left, and the cheapest run with no
+    deadline at all can finish hours later than a dearer one that is on time). That goes for a job
+    that never ran too: its fastest run is on time only inside the margin, so it runs at risk and says
+    so, rather than being refused for an estimate that is as likely to be pessimistic (issue 17: the
+    baselines, whose estimates learnt from other runs, ran such jobs that ours refused). Only a job
+    that already ran goes on when no run meets the deadline: on the cheapest on-demand run, however
+    late (its epochs are kept; a new job is refused with the deadline to ask for). The margin steps are
+    ours only: the simulator's baselines stand for tools that know no margin to give up, and keep the
+    plain fall-back for a job that ran. Each step plans with the team budgets (``budgets``), so a job
+    refused for its team's budget stays refused.
     """
-    if d.action != "refuse" or not (job.epochs_done or job.preemptions) or job.deadline_at is None:
+    if d.action != "refuse" or job.deadline_at is None:
+        return d
+    ran = bool(job.epochs_done or job.preemptions)
+    policy = ctx.planner_policy()
+    if not ran and policy.strategy != "gpusched":
         return d
     spec = job.spec.with_capacity(Capacity.on_demand.value)
-    policy = ctx.planner_policy()
     if policy.strategy == "gpusched":
         on_time = job.model_copy(update={"spec": spec})
         [again] = plan([on_time], offers, [], now, policy.model_copy(update={"deadline_safety": 0.0}),
-                       measured=measured)
+                       measured=measured, team_budgets=budgets)
         if again.action == "launch":
-            return again.model_copy(update={"reason": f"the deadline leaves no safety margin ({d.reason}); "
-                                                      f"on on-demand with none: {again.reason}"})
+            why = ("the deadline leaves no safety margin" if ran else
+                   "at risk: on time only inside the safety margin")
+            return again.model_copy(update={"reason": f"{why} ({d.reason}); on on-demand with none: {again.reason}"})
+    if not ran:
+        return d
     late = job.model_copy(update={"deadline_at": None, "spec": spec})
-    [again] = plan([late], offers, [], now, policy, measured=measured, market=ctx.market)
+    [again] = plan([late], offers, [], now, policy, measured=measured, team_budgets=budgets, market=ctx.market)
     if again.action != "launch":
         return d
     return again.model_copy(update={"reason": f"the deadline can no longer be met ({d.reason}); "

@@ -1,6 +1,7 @@
 """Where a deadline is near, the tick and the steering rule follow the planner's safety margin.
 
-A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``).
+A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``); a job
+that never ran and is on time only inside the margin runs at risk on on-demand.
 
 Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c retrain, twice reclaimed,
 was refused because its fastest on-demand run (a V100) finished inside the 10% safety margin; with the
@@ -25,7 +26,8 @@ from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle.context import TickContext
 from scheduler.lifecycle.steering import _planner_takes_spot
 from scheduler.lifecycle.tick import _best_effort
-from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.money import Money
+from scheduler.planner.inputs import PlanJob, PlannerPolicy, TeamBudget
 from scheduler.planner.plan import plan
 from scheduler.settings import Settings
 from tests.lifecycle.test_lifecycle import World, job_spec
@@ -51,10 +53,10 @@ def ctx() -> TickContext:
     return TickContext(store=None, providers={}, clock=None, settings=Settings(_env_file=None))  # type: ignore[arg-type]
 
 
-def on_demand_hours(gpu: str) -> float:
+def on_demand_hours(gpu: str, epochs_done: int = 4) -> float:
     """The planner's own estimate of the job's remaining run on one GPU, on on-demand."""
     job = PlanJob(id="probe", spec=job_file([gpu], "on-demand"), submitted_at=NOW, deadline_at=None,
-                  epochs_done=4, preemptions=2)
+                  epochs_done=epochs_done, preemptions=2 if epochs_done else 0)
     [d] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert d.action == "launch" and d.choice is not None
     return d.choice.est_hours
@@ -93,10 +95,45 @@ def test_past_any_on_time_run_the_cheapest_on_demand_run_finishes_it() -> None:
     assert d.reason.startswith("the deadline can no longer be met (")
 
 
-def test_a_job_that_never_ran_is_still_refused() -> None:
-    job = job_due_in(on_demand_hours("V100") / 0.95).model_copy(update={"epochs_done": 0, "preemptions": 0})
+def new_job_due_in(hours: float) -> PlanJob:
+    return PlanJob(id="j", spec=SPEC, submitted_at=NOW, deadline_at=NOW + timedelta(hours=hours))
+
+
+def test_a_job_that_never_ran_runs_at_risk_inside_the_margin() -> None:
+    v100 = on_demand_hours("V100", epochs_done=0)
+    job = new_job_due_in(v100 / 0.95).model_copy(update={"epochs_done": 0, "preemptions": 0})
+    [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
+    assert refused.action == "refuse"
+    d = _best_effort(ctx(), refused, job, OFFERS, NOW, {})
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.gpu, d.choice.capacity.value) == ("V100", "on-demand")
+    assert d.choice.finish_by <= NOW + timedelta(hours=v100 / 0.95)
+    assert d.reason.startswith("at risk: on time only inside the safety margin (")
+
+
+def test_a_job_that_never_ran_is_refused_when_no_run_is_on_time() -> None:
+    job = new_job_due_in(on_demand_hours("V100", epochs_done=0) * 0.9)
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
+
+
+def test_the_baselines_refuse_a_job_that_never_ran_inside_the_margin() -> None:
+    job = new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)
+    baseline = TickContext(store=None, providers={}, clock=None,  # type: ignore[arg-type]
+                           settings=Settings(_env_file=None), policy=PlannerPolicy(strategy="on-demand"))
+    [refused] = plan([job], OFFERS, [], NOW, baseline.planner_policy())
+    assert refused.action == "refuse"
+    assert _best_effort(baseline, refused, job, OFFERS, NOW, {}) is refused
+
+
+def test_a_job_refused_for_its_team_budget_stays_refused() -> None:
+    """The fall-backs plan with the team budgets: a refusal for money is not turned into a launch."""
+    budgets = {"agri": TeamBudget(monthly=Money.parse("1 CNY"), left=Money.parse("1 CNY"))}
+    for job in (job_due_in(on_demand_hours("V100") / 0.95),  # ran, inside the margin
+                new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)):  # new, inside the margin
+        [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy(), team_budgets=budgets)
+        assert refused.action == "refuse"
+        assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}, budgets) is refused
 
 
 # --- the steering rule moves a job to spot only where the planner would place it there -----------------
