@@ -28,7 +28,8 @@ Outcome = Literal["on-time", "late", "failed", "unfinished", "cancelled"]
 # Every cause, as the summary counts it and the per-job listing names it.
 REASONS: dict[str, str] = {
     "infeasible": "infeasible from submission: no schedule meets the deadline and budget",
-    "restart_budget": "restart budget exhausted: lost its machine without progress more than max_restarts times in a row",
+    "restart_budget": "restart budget exhausted: lost its machine without progress more than max_restarts times "
+                      "in a row",
     "preempted": "preempted too late to finish: reclaims left too little time",
     "budget_exhausted": "budget exhausted: interrupted attempts spent it",
     "stock_out": "stock-out: the clouds had no capacity for it in time",
