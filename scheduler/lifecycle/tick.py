@@ -314,8 +314,8 @@ def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now:
         return d
     ran = bool(job.epochs_done or job.preemptions)
     policy = ctx.planner_policy()
-    if not ran and policy.strategy != "gpusched":
-        return d
+    if not ran and (policy.strategy != "gpusched" or job.spec.policy.capacity not in ("auto", "on-demand")):
+        return d  # a new job that asked for spot or reserved only keeps that choice
     spec = job.spec.with_capacity(Capacity.on_demand.value)
     if policy.strategy == "gpusched":
         on_time = job.model_copy(update={"spec": spec})

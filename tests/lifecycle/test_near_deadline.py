@@ -117,6 +117,14 @@ def test_a_job_that_never_ran_is_refused_when_no_run_is_on_time() -> None:
     assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
 
 
+def test_a_new_job_that_asked_for_spot_only_is_not_put_on_on_demand() -> None:
+    job = new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)
+    job = job.model_copy(update={"spec": job_file(["V100", "L4"], "spot")})
+    [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
+    assert refused.action == "refuse"
+    assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
+
+
 def test_the_baselines_refuse_a_job_that_never_ran_inside_the_margin() -> None:
     job = new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)
     baseline = TickContext(store=None, providers={}, clock=None,  # type: ignore[arg-type]
