@@ -206,6 +206,7 @@ def plan_cmd(
     from scheduler.clock import SystemClock
     from scheduler.jobs.jobfile import load_job_file
     from scheduler.lifecycle.fleet import reserved_slots
+    from scheduler.planner.fallback import fall_back
     from scheduler.planner.inputs import PlanJob, PlannerPolicy
     from scheduler.planner.plan import options_for, plan
 
@@ -217,7 +218,7 @@ def plan_cmd(
     fleet = reserved_slots(settings.reserved, offers, now, strict=True)
     job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=spec.deadline_at(now))
     policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
-    decision = plan([job], offers, fleet, now, policy)[0]
+    decision = fall_back(plan([job], offers, fleet, now, policy)[0], job, offers, now, policy)  # as the daemon
     options = options_for(job, offers, fleet, now, policy)
     title = f"{spec.name}: {spec.kind.value} {spec.model}"
     if job.deadline_at:

@@ -69,6 +69,7 @@ from scheduler.lifecycle.transitions import (
 from scheduler.models import Capacity, JobSpec, Offer
 from scheduler.money import Money
 from scheduler.planner.book import market_for
+from scheduler.planner.fallback import fall_back
 from scheduler.planner.inputs import PlanJob, TeamBudget
 from scheduler.planner.plan import Decision, plan
 from scheduler.states import (
@@ -296,43 +297,9 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
 
 def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now: datetime,
                  measured: dict, budgets: dict[str, TeamBudget] | None = None) -> Decision:
-    """A job refused by its deadline runs on on-demand where that can still help, rather than being dropped.
-
-    First the cheapest on-demand run that meets the deadline without the safety margin (the margin
-    guards a plan that has time to spare; this job has none left, and the cheapest run with no
-    deadline at all can finish hours later than a dearer one that is on time). That goes for a job
-    that never ran too: its fastest run is on time only inside the margin, so it runs at risk and says
-    so, rather than being refused for an estimate that is as likely to be pessimistic (issue 17: the
-    baselines, whose estimates learnt from other runs, ran such jobs that ours refused). Only a job
-    that already ran goes on when no run meets the deadline: on the cheapest on-demand run, however
-    late (its epochs are kept; a new job is refused with the deadline to ask for). The margin steps are
-    ours only: the simulator's baselines stand for tools that know no margin to give up, and keep the
-    plain fall-back for a job that ran. Each step plans with the team budgets (``budgets``), so a job
-    refused for its team's budget stays refused.
-    """
-    if d.action != "refuse" or job.deadline_at is None:
-        return d
-    ran = bool(job.epochs_done or job.preemptions)
-    policy = ctx.planner_policy()
-    if not ran and (policy.strategy != "gpusched" or job.spec.policy.capacity not in ("auto", "on-demand")):
-        return d  # a new job that asked for spot or reserved only keeps that choice
-    spec = job.spec.with_capacity(Capacity.on_demand.value)
-    if policy.strategy == "gpusched":
-        on_time = job.model_copy(update={"spec": spec})
-        [again] = plan([on_time], offers, [], now, policy.model_copy(update={"deadline_safety": 0.0}),
-                       measured=measured, team_budgets=budgets)
-        if again.action == "launch":
-            why = ("the deadline leaves no safety margin" if ran else
-                   "at risk: on time only inside the safety margin")
-            return again.model_copy(update={"reason": f"{why} ({d.reason}); on on-demand with none: {again.reason}"})
-    if not ran:
-        return d
-    late = job.model_copy(update={"deadline_at": None, "spec": spec})
-    [again] = plan([late], offers, [], now, policy, measured=measured, team_budgets=budgets, market=ctx.market)
-    if again.action != "launch":
-        return d
-    return again.model_copy(update={"reason": f"the deadline can no longer be met ({d.reason}); "
-                                              f"finishing on on-demand as soon as possible: {again.reason}"})
+    """A job refused by its deadline runs on on-demand where that can still help (``planner.fallback``)."""
+    return fall_back(d, job, offers, now, ctx.planner_policy(), measured=measured, team_budgets=budgets,
+                     market=ctx.market)
 
 
 def _with_override(ctx: TickContext, job_id: str, spec: JobSpec) -> JobSpec:

@@ -215,3 +215,32 @@ def test_trace_export_writes_the_stores_month_and_simulate_replays_it(tmp_path):
     assert r.returncode == 2 and "no job was submitted in 2026-10" in r.stderr and "Traceback" not in r.stderr
     r = gpusched("trace", "export", "--month", "November", env=env)
     assert r.returncode == 2 and "2026-11" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plan_shows_the_run_at_risk_that_the_daemon_would_make(tmp_path):
+    """A deadline the fastest run meets only inside the safety margin: the daemon runs the job at risk on
+    on-demand (``planner.fallback``), and the preview says the same, not "refused"."""
+    import yaml
+
+    from providers.registry import build_providers
+    from scheduler.clock import SystemClock
+    from scheduler.jobs.jobfile import load_job_file
+    from scheduler.planner.inputs import PlanJob, PlannerPolicy
+    from scheduler.planner.plan import options_for
+    from scheduler.settings import Settings
+
+    at = datetime(2026, 11, 2, 9, tzinfo=timezone.utc)
+    settings = Settings(_env_file=None)
+    offers = [o for p in build_providers(settings, SystemClock()).values() for o in p.offers()]
+    spec = load_job_file(EXAMPLES / "helmet-s-train.yaml")
+    probe = PlanJob(id="probe", spec=spec.with_capacity("on-demand"), submitted_at=at, deadline_at=None)
+    policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
+    fastest = min(o.finish_by for o in options_for(probe, offers, [], at, policy) if o.feasible)
+    deadline = at + (fastest - at) / 0.95  # on time with 5% of the time to spare: inside the 10% margin
+    doc = yaml.safe_load((EXAMPLES / "helmet-s-train.yaml").read_text())
+    doc["policy"]["deadline"] = deadline.isoformat()
+    job = tmp_path / "tight.yaml"
+    job.write_text(yaml.safe_dump(doc))
+    r = gpusched("plan", str(job), "--at", at.isoformat())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "would launch" in r.stdout and "at risk" in r.stdout and "on-demand" in r.stdout
