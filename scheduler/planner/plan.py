@@ -102,6 +102,7 @@ class Decision(Frozen):
 
 
 _M = TypeVar("_M", bound=Frozen)
+_T = TypeVar("_T")
 _new, _set = object.__new__, object.__setattr__
 
 
@@ -150,7 +151,8 @@ def collector_paused() -> Iterator[None]:
 
 
 _SPOT, _ON_DEMAND = frozenset({Capacity.spot}), frozenset({Capacity.on_demand})
-_FEASIBLE, _WAITING = Rank.FEASIBLE, Rank.WAITING  # read once: an enum member is slow to look up
+# Read once: an enum member is slow to look up.
+_FEASIBLE, _WAITING, _CANNOT_RUN = Rank.FEASIBLE, Rank.WAITING, Rank.CANNOT_RUN
 
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy, restarts: int | None = None) -> bool:
@@ -396,15 +398,17 @@ def _wait_reason(p: _Planning, first: Pick) -> str:
 
 def _refusal(p: _Planning, first: Pick) -> str:
     """Why nothing can work even once stock returns, and what in the job file to change."""
-    job, bundles = p.job, p.ranking.bundles
-    if all(t.est_blocker is not None for t, _ in bundles):  # nothing fits or can be estimated
+    job = p.job
+    if first.rank is _CANNOT_RUN:  # the best cannot run, so nothing fits or can be estimated
         scored = p.ranking.scored
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
             return f"cannot estimate the job: {first.scored.blockers(first.member, p.scorer)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
         fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
         return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
-    on_time = [groups for t, groups in bundles if t.est_blocker is None and t.late is None]
+    if p.scorer.past_deadline:  # whatever can run is late, without timing every bundle to see it
+        return _deadline_refusal(p)
+    on_time = [groups for t, groups in p.ranking.bundles if t.est_blocker is None and t.late is None]
     if not on_time and job.deadline_at is not None:
         return _deadline_refusal(p)
     over = [s for groups in on_time for s in map(p.scorer.scored, groups) if s.over_budget]
@@ -414,8 +418,9 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 
 def _deadline_refusal(p: _Planning) -> str:
-    soonest, fastest = _soonest([t for t, _ in p.ranking.bundles if t.est_blocker is None], p.book.now,
-                                p.book.policy.deadline_safety)
+    policy = p.book.policy
+    soonest, fastest = _soonest(p.ranking.needs(policy.boot_hours, 1 / (1 - policy.deadline_safety)), p.book.now,
+                                policy.deadline_safety, p.scorer.timing)
     s, mem, _ = p.ranking.best(fastest.__contains__)
     deadline = p.scorer.deadline
     assert deadline is not None
@@ -428,20 +433,23 @@ def _deadline_refusal(p: _Planning) -> str:
     return f"fastest option ({_pick_label(s, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
 
 
-def _soonest(timings: list[Timing], now: datetime, safety: float) -> tuple[datetime, set[Timing]]:
-    """The earliest deadline any of ``timings`` meets (``Timing.needed``), and the timings that meet it, by
+def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
+             timing: Callable[[_T], Timing]) -> tuple[datetime, set[Timing]]:
+    """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
     identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
 
-    A timing's ``needed`` is at or after its finish and its bad case: both are at or after ``now``, and the
-    safety margin only adds to what is left until them. So, looked at by the later of the two, earliest
-    first, a timing whose later one is past the soonest deadline found cannot meet it, nor can any after
-    it: their ``needed`` (a timedelta divided by a float, the slow part of a refusal) is never computed."""
+    ``needs``: per timing, its ``needed`` in hours after ``now`` as floats compute it
+    (``Scorer.need_hours``), and what ``timing`` makes it from. Only the timings whose float is within
+    ``_need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
+    by a float, the slow part of a refusal): the others' cannot be the least, nor tie with it."""
+    least = min(need for need, _ in needs)
+    cutoff = least + _need_tolerance(least, safety)
     soonest: datetime | None = None
     fastest: set[Timing] = set()
-    for low, _, t in sorted((t.finish if t.worst is None else max(t.finish, t.worst), i, t)
-                            for i, t in enumerate(timings)):
-        if soonest is not None and low > soonest:
-            break
+    for approx, x in needs:
+        if approx > cutoff:
+            continue
+        t = timing(x)
         need = t.needed(now, safety)
         if soonest is None or need < soonest:
             soonest, fastest = need, {t}
@@ -449,6 +457,14 @@ def _soonest(timings: list[Timing], now: datetime, safety: float) -> tuple[datet
             fastest.add(t)
     assert soonest is not None  # a deadline refusal has a timing that can run
     return soonest, fastest
+
+
+def _need_tolerance(hours: float, safety: float) -> float:
+    """How far ``Scorer.need_hours`` may be from ``Timing.needed`` (hours after now), twice over, with room
+    to spare. ``needed`` rounds to the microsecond (2.8e-10 h) where it starts, finishes and after the
+    division by 1 - safety, which multiplies the error before it; the floats err by a few parts in 1e16.
+    The bound here is 36 microseconds x (1 + 1 / (1 - safety)), plus a part in 1e12."""
+    return 1e-8 * (1 + 1 / (1 - safety)) + 1e-12 * abs(hours)
 
 
 def _budget_refusal(p: _Planning, over: list[Scored]) -> str:

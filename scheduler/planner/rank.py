@@ -301,7 +301,7 @@ class Scorer:
                     least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
                     heap.append(_new(Placeholder, (best, least, (), -1 - g.index, bundle)))
                     continue
-            t = self._timing(g)
+            t = self.timing(g)
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
@@ -311,7 +311,7 @@ class Scorer:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
         s = self._scored.get(g.index)
         if s is None:
-            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t, prefix)
+            s = self._scored[g.index] = self._score(g, self.timing(g) if t is None else t, prefix)
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
@@ -320,7 +320,7 @@ class Scorer:
             return None  # no need to estimate what the relaxed filter adds
         heads: list[tuple[SortKey, Pick]] = []
         for bundle in self.book.matching(f):
-            t = self._timing(bundle[0])
+            t = self.timing(bundle[0])
             if t.est_blocker is not None or t.late is not None:
                 continue  # BLOCKED or CANNOT_RUN whatever it costs
             for g in bundle:
@@ -357,13 +357,29 @@ class Scorer:
             self._estimates[key] = est
         return est
 
-    def _timing(self, g: Group) -> Timing:
+    def timing(self, g: Group) -> Timing:
         """Expected hours (spot: with interruptions), finish and the deadline check, once per timing key."""
         key = g.timing_keys[self._by_gpu]
         t = self._timings.get(key)
         if t is None:
             t = self._timings[key] = self._time(g)
         return t
+
+    def need_hours(self, g: Group, boot: float, stretch: float) -> float | None:
+        """For a job with a deadline: ``g``'s timing's ``Timing.needed``, in hours after now, as floats
+        compute it (within ``plan._soonest``'s tolerance), without making the ``Timing``; None where the job
+        cannot run. ``boot``: a new machine's hours to start; ``stretch``: 1 / (1 - deadline_safety). By
+        ``_time``'s arithmetic: a refusal at a deadline reads this of every timing, and makes few of them."""
+        base = self._base_hours(g)
+        if base is None:
+            return None
+        start = boot if g.not_warm else 0.0  # as _time's
+        if g.capacity is _SPOT:
+            est = self._estimates[g.est_keys[self._by_gpu]]
+            checkpoint = est.epoch_hours if self._resumes else None  # type: ignore[union-attr]  # it fits
+            _, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
+            return max((start + h) * stretch, start + bad)
+        return (start + base) * stretch
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
@@ -579,7 +595,7 @@ class Ranking:
         if entries is None:
             entries = self._expanded[p.order] = []
             sc = self.scorer
-            sc._add_entries(entries, p.bundle, sc._timing(p.bundle[0]))
+            sc._add_entries(entries, p.bundle, sc.timing(p.bundle[0]))
         return entries
 
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
@@ -593,10 +609,25 @@ class Ranking:
     def bundles(self) -> list[tuple[Timing, list[Group]]]:
         """Per timing: the groups that share it (every bundle timed)."""
         if self._bundles is None:
-            timing, timings, by_gpu = self.scorer._timing, self.scorer._timings, self.scorer._by_gpu
+            timing, timings, by_gpu = self.scorer.timing, self.scorer._timings, self.scorer._by_gpu
             self._bundles = [(timings.get(groups[0].timing_keys[by_gpu]) or timing(groups[0]), groups)
                              for groups in self._matching]
         return self._bundles
+
+    def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
+        """Per timing the job can run on, ``Scorer.need_hours`` and a group that has it (``plan._soonest``)."""
+        sc, by_gpu = self.scorer, self.scorer._by_gpu
+        seen: set[int] = set()
+        out = []
+        for groups in self._matching:
+            g = groups[0]
+            key = g.timing_keys[by_gpu]
+            if key not in seen:
+                seen.add(key)
+                need = sc.need_hours(g, boot, stretch)
+                if need is not None:
+                    out.append((need, g))
+        return out
 
     @property
     def scored(self) -> list[Scored]:
@@ -654,17 +685,18 @@ class Ranking:
         return out
 
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
-        """The best candidate whose timing ``keep`` accepts (there must be one): the best such line
-        (its first member is its best), from the heap's entries and those of the placeholders whose
-        timing ``keep`` accepts (of a late one not expanded yet, only its cheapest groups:
-        ``Scorer._add_cheapest_late``), so only that group is scored in full. (The heap itself holds no
-        entry twice: placeholders expanded in it are gone from it.)"""
+        """The best candidate whose timing ``keep`` accepts (there must be one), ``keep`` accepting only
+        timings already made: the best such line (its first member is its best), from the heap's entries
+        and those of the placeholders whose timing ``keep`` accepts (of a late one not expanded yet, only
+        its cheapest groups: ``Scorer._add_cheapest_late``), so only that group is scored in full. (The
+        heap itself holds no entry twice: placeholders expanded in it are gone from it.)"""
         found: list[Entry]
         sc, found = self.scorer, []
+        timings, by_gpu = sc._timings, sc._by_gpu
         for entry in self._heap:
             if type(entry) is Placeholder:
-                t = sc._timing(entry.bundle[0])
-                if keep(t):
+                t = timings.get(entry.bundle[0].timing_keys[by_gpu])
+                if t is not None and keep(t):
                     expanded = self._expanded.get(entry.order)
                     if expanded is None and t.late is not None and t.est_blocker is None:
                         sc._add_cheapest_late(found, entry.bundle, t)
