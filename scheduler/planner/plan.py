@@ -61,7 +61,7 @@ from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Pick, Scored, Scorer, Timing
+from scheduler.planner.rank import Pick, Scored, Scorer, Timing, need_tolerance
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
@@ -223,7 +223,8 @@ class _Planning:
         if feasible and choice is not None:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
         elif s.late_only and not mem.sold_out:  # most blocked options: just late (a job past its deadline)
-            why = s.blockers(mem, self.scorer)[0].text
+            sc = self.scorer  # the one blocker ``Scored.blockers`` lists, without the list
+            why = t.late_blocker(sc.deadline, sc.margin).text  # type: ignore[arg-type]  # late: a deadline
         else:
             blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
@@ -438,12 +439,12 @@ def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
     """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
     identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
 
-    ``needs``: per timing, its ``needed`` in hours after ``now`` as floats compute it
-    (``Scorer.need_hours``), and what ``timing`` makes it from. Only the timings whose float is within
-    ``_need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
+    ``needs``: per timing that may be the fastest, its ``needed`` in hours after ``now`` as floats compute
+    it (``Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within
+    ``rank.need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
     by a float, the slow part of a refusal): the others' cannot be the least, nor tie with it."""
     least = min(need for need, _ in needs)
-    cutoff = least + _need_tolerance(least, safety)
+    cutoff = least + need_tolerance(least, 1 / (1 - safety))
     soonest: datetime | None = None
     fastest: set[Timing] = set()
     for approx, x in needs:
@@ -457,14 +458,6 @@ def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
             fastest.add(t)
     assert soonest is not None  # a deadline refusal has a timing that can run
     return soonest, fastest
-
-
-def _need_tolerance(hours: float, safety: float) -> float:
-    """How far ``Scorer.need_hours`` may be from ``Timing.needed`` (hours after now), twice over, with room
-    to spare. ``needed`` rounds to the microsecond (2.8e-10 h) where it starts, finishes and after the
-    division by 1 - safety, which multiplies the error before it; the floats err by a few parts in 1e16.
-    The bound here is 36 microseconds x (1 + 1 / (1 - safety)), plus a part in 1e12."""
-    return 1e-8 * (1 + 1 / (1 - safety)) + 1e-12 * abs(hours)
 
 
 def _budget_refusal(p: _Planning, over: list[Scored]) -> str:

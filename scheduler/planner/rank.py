@@ -365,21 +365,15 @@ class Scorer:
             t = self._timings[key] = self._time(g)
         return t
 
-    def need_hours(self, g: Group, boot: float, stretch: float) -> float | None:
-        """For a job with a deadline: ``g``'s timing's ``Timing.needed``, in hours after now, as floats
-        compute it (within ``plan._soonest``'s tolerance), without making the ``Timing``; None where the job
-        cannot run. ``boot``: a new machine's hours to start; ``stretch``: 1 / (1 - deadline_safety). By
-        ``_time``'s arithmetic: a refusal at a deadline reads this of every timing, and makes few of them."""
-        base = self._base_hours(g)
-        if base is None:
-            return None
-        start = boot if g.not_warm else 0.0  # as _time's
-        if g.capacity is _SPOT:
-            est = self._estimates[g.est_keys[self._by_gpu]]
-            checkpoint = est.epoch_hours if self._resumes else None  # type: ignore[union-attr]  # it fits
-            _, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
-            return max((start + h) * stretch, start + bad)
-        return (start + base) * stretch
+    def spot_need_hours(self, g: Group, base: float, start: float, stretch: float) -> float:
+        """For a job with a deadline, on spot: ``g``'s timing's ``Timing.needed``, in hours after now, as
+        floats compute it (within ``need_tolerance``), without making the ``Timing``: the later of the
+        finish stretched by the safety margin and the bad case. ``base``: the estimate's hours (it fits);
+        ``start``: hours after now; ``stretch``: 1 / (1 - deadline_safety). By ``_time``'s arithmetic."""
+        est = self._estimates[g.est_keys[self._by_gpu]]
+        checkpoint = est.epoch_hours if self._resumes else None  # type: ignore[union-attr]  # it fits
+        _, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
+        return max((start + h) * stretch, start + bad)
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
@@ -615,18 +609,44 @@ class Ranking:
         return self._bundles
 
     def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
-        """Per timing the job can run on, ``Scorer.need_hours`` and a group that has it (``plan._soonest``)."""
+        """For a job with a deadline, per timing it can run on that may be the fastest: its ``Timing.needed``
+        in hours after now as floats compute it, and a group that has it (``plan._soonest`` makes those
+        within ``need_tolerance`` of the least). ``boot``: a new machine's hours to start; ``stretch``:
+        1 / (1 - deadline_safety).
+
+        Off spot, the finish is the start plus the estimate's hours, stretched. On spot, interruptions only
+        add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
+        the same stretched (its setup's off spot) and the start plus the hours plus ``restart_hours``: a spot
+        timing whose bound is past what the others allow is left out without working out its interruptions."""
         sc, by_gpu = self.scorer, self.scorer._by_gpu
+        base_of, restart = sc._base, sc._restart_hours
         seen: set[int] = set()
-        out = []
+        out: list[tuple[float, Group]] = []
+        spot: list[tuple[float, float, float, Group]] = []
+        least = math.inf
         for groups in self._matching:
             g = groups[0]
             key = g.timing_keys[by_gpu]
-            if key not in seen:
-                seen.add(key)
-                need = sc.need_hours(g, boot, stretch)
-                if need is not None:
-                    out.append((need, g))
+            if key in seen:
+                continue
+            seen.add(key)
+            base = base_of.get(g.est_keys[by_gpu], False)
+            if base is False:
+                base = sc._base_hours(g)
+            if base is None:
+                continue  # the job cannot run there
+            start = boot if g.not_warm else 0.0  # as _time's
+            if g.capacity is _SPOT:
+                spot.append((max((start + base) * stretch, start + (base + restart)), base, start, g))
+            else:
+                need = (start + base) * stretch
+                out.append((need, g))
+                if need < least:
+                    least = need
+        cutoff = least + need_tolerance(least, stretch)
+        for bound, base, start, g in spot:
+            if bound <= cutoff:
+                out.append((sc.spot_need_hours(g, base, start, stretch), g))
         return out
 
     @property
@@ -687,11 +707,15 @@ class Ranking:
     def best(self, keep: Callable[[Timing], bool]) -> Pick:
         """The best candidate whose timing ``keep`` accepts (there must be one), ``keep`` accepting only
         timings already made: the best such line (its first member is its best), from the heap's entries
-        and those of the placeholders whose timing ``keep`` accepts (of a late one not expanded yet, only
-        its cheapest groups: ``Scorer._add_cheapest_late``), so only that group is scored in full. (The
-        heap itself holds no entry twice: placeholders expanded in it are gone from it.)"""
+        and those of the placeholders whose timing ``keep`` accepts, so only that group is scored in full.
+        Of a late placeholder not expanded yet, only its cheapest groups are costed
+        (``Scorer._add_cheapest_late``), and only while it sorts before the best found: it sorts before
+        its candidates, so once one sorts after the best, neither its candidates nor those of the
+        placeholders after it can be the best. (The heap itself holds no entry twice: placeholders
+        expanded in it are gone from it.)"""
         found: list[Entry]
-        sc, found = self.scorer, []
+        late: list[Placeholder]
+        sc, found, late = self.scorer, [], []
         timings, by_gpu = sc._timings, sc._by_gpu
         for entry in self._heap:
             if type(entry) is Placeholder:
@@ -699,12 +723,22 @@ class Ranking:
                 if t is not None and keep(t):
                     expanded = self._expanded.get(entry.order)
                     if expanded is None and t.late is not None and t.est_blocker is None:
-                        sc._add_cheapest_late(found, entry.bundle, t)
+                        late.append(entry)
                     else:
                         found.extend(expanded if expanded is not None else self._expand(entry))
             elif keep(entry.timing):
                 found.append(entry)
-        r, prefix, _, _, line, g, t = min(found)
+        top = min(found) if found else None
+        for p in sorted(late) if len(late) > 1 else late:
+            if top is not None and p > top:  # type: ignore[operator]  # tuples; their second fields never tie
+                break
+            cheapest: list[Entry] = []
+            sc._add_cheapest_late(cheapest, p.bundle, timings[p.bundle[0].timing_keys[by_gpu]])
+            head = min(cheapest)
+            if top is None or head < top:
+                top = head
+        assert top is not None
+        r, prefix, _, _, line, g, t = top
         return Pick(sc.scored(g, t, prefix), line.members[0], r)
 
     def first(self) -> Pick | None:
@@ -713,6 +747,15 @@ class Ranking:
             return None
         r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
         return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
+
+
+def need_tolerance(hours: float, stretch: float) -> float:
+    """How far a float ``needed`` (``Ranking.needs``, hours after now) may be from ``Timing.needed``, twice
+    over, with room to spare; ``stretch``: 1 / (1 - deadline_safety). ``needed`` rounds to the microsecond
+    (2.8e-10 h) where it starts, finishes and after the division by 1 - safety, which stretches the error
+    before it; the floats err by a few parts in 1e16. The bound here is 36 microseconds x (1 + stretch),
+    plus a part in 1e12 (``test_fast_paths`` finds the errors under a tenth of it)."""
+    return 1e-8 * (1 + stretch) + 1e-12 * abs(hours)
 
 
 def fmt_hours(delta: timedelta) -> str:
