@@ -131,6 +131,17 @@ class Group:
     runs: Runs = _NO_RUNS
 
 
+class Row(NamedTuple):
+    """A bundle (groups sharing a timing) as ``rank.Scorer.rank`` reads it for one kind of job
+    (``CandidateBook.rows``)."""
+
+    est_key: int  # its first group's (``Group.est_keys``, the one the job's kind reads)
+    hourly: float | None  # all nodes' hourly price of its first group, as a float (``Market.hourly_f``); None for
+    # a fleet slot's bundle (it is never a placeholder)
+    order: int  # -1 - its first group's index (``rank.Placeholder.order``)
+    bundle: list[Group]
+
+
 class Filter(NamedTuple):
     """What a job (or a copy with one of its filters lifted) lets through: the offers its job file allows,
     the capacities the planner allows it (``plan._planner_capacities``), and whether fleet slots."""
@@ -287,6 +298,7 @@ class CandidateBook:
         self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
+        self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
         slot_groups: list[Group] = []
@@ -320,6 +332,21 @@ class CandidateBook:
                         bundle.sort(key=lambda g: self.hourly(g, 1).amount)
                     got = got + list(bundles.values())
             self._matching[f] = got
+        return got
+
+    def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row]]:
+        """``matching(f)``, and a ``Row`` per bundle of it: what ``rank.Scorer.rank`` reads of each for a job
+        on ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``, read once per plan() call."""
+        key = (f, nodes, by_gpu)
+        got = self._rows.get(key)
+        if got is None:
+            matching = self.matching(f)
+            rows = []
+            for bundle in matching:
+                g = bundle[0]
+                hourly = None if g.slot is not None else self.hourly_f(g, nodes)
+                rows.append(Row(g.est_keys[by_gpu], hourly, -1 - g.index, bundle))
+            got = self._rows[key] = (matching, rows)
         return got
 
     def in_now_zone(self, dt: datetime) -> datetime:

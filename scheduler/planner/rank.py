@@ -284,24 +284,22 @@ class Scorer:
         and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
         heap: list[Entry | Placeholder]
         book = self.book
-        matching, heap = book.matching(f), []
-        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        nodes, floor, below = self._nodes, _math_floor, _CENTS_UNDER
-        base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
+        matching, rows = book.rows(f, self._nodes, self._by_gpu)
+        heap = []
+        floor, below = _math_floor, _CENTS_UNDER
+        base = self._base  # read once: this loop runs for every bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-        for bundle in matching:
-            g = bundle[0]
-            if lazy and g.slot is None:
-                key = g.est_keys[by_gpu]
+        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
+        for key, hourly, order, bundle in rows:
+            if lazy and hourly is not None:
                 hours: float | Literal[False] | None = base.get(key, False)
                 if hours is False:
-                    hours = self._base_hours(g)
+                    hours = self._fit_hours(bundle[0], key)
                 if hours is not None:
-                    hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
                     least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
-                    heap.append(_new(Placeholder, (best, least, (), -1 - g.index, bundle)))
+                    heap.append(_new(Placeholder, (best, least, (), order, bundle)))
                     continue
-            t = self.timing(g)
+            t = self.timing(bundle[0])
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
@@ -334,10 +332,13 @@ class Scorer:
         """The estimate's hours (before interruptions), when it fits."""
         key = g.est_keys[self._by_gpu]
         got: float | Literal[False] | None = self._base.get(key, False)
-        if got is False:
-            est = self._estimate(g, key)
-            fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
-            got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
+        return self._fit_hours(g, key) if got is False else got
+
+    def _fit_hours(self, g: Group, key: int) -> float | None:
+        """``_base_hours`` not read yet (``key``: ``g``'s est key)."""
+        est = self._estimates.get(key) or self._estimate(g, key)
+        fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
+        got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
 
     def _estimate(self, g: Group, key: int | None = None) -> Figures | str:
