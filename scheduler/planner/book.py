@@ -138,6 +138,7 @@ class Row(NamedTuple):
     est_key: int  # its first group's (``Group.est_keys``, the one the job's kind reads)
     hourly: float | None  # all nodes' hourly price of its first group, as a float (``Market.hourly_f``); None for
     # a fleet slot's bundle (it is never a placeholder)
+    spot_rate: float  # its reclaim rate on spot (``Group.rate``), else 0
     order: int  # -1 - its first group's index (``rank.Placeholder.order``)
     bundle: list[Group]
 
@@ -345,7 +346,8 @@ class CandidateBook:
             for bundle in matching:
                 g = bundle[0]
                 hourly = None if g.slot is not None else self.hourly_f(g, nodes)
-                rows.append(Row(g.est_keys[by_gpu], hourly, -1 - g.index, bundle))
+                rows.append(Row(g.est_keys[by_gpu], hourly, g.rate if g.capacity is Capacity.spot else 0.0,
+                                -1 - g.index, bundle))
             got = self._rows[key] = (matching, rows)
         return got
 

@@ -287,15 +287,20 @@ class Scorer:
         matching, rows = book.rows(f, self._nodes, self._by_gpu)
         heap = []
         floor, below = _math_floor, _CENTS_UNDER
-        base = self._base  # read once: this loop runs for every bundle of every job
+        base, nodes, restart = self._base, self._nodes, self._restart_hours  # read once: this loop runs for every
+        # bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
         lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        for key, hourly, order, bundle in rows:
+        for key, hourly, spot_rate, order, bundle in rows:
             if lazy and hourly is not None:
                 hours: float | Literal[False] | None = base.get(key, False)
                 if hours is False:
                     hours = self._fit_hours(bundle[0], key)
                 if hours is not None:
+                    if spot_rate:
+                        # At or below spot's expected hours (``cost.on_spot``: the same n x restart_hours, to
+                        # the bit, and lost work only adds): a floor nearer the cost, reached later.
+                        hours = hours + hours * (spot_rate * nodes) * restart
                     least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
                     heap.append(_new(Placeholder, (best, least, (), order, bundle)))
                     continue

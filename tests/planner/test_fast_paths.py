@@ -49,6 +49,17 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
     assert checked == 15_000
 
 
+def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
+    """``Scorer.rank`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
+    never be above ``cost.on_spot``'s expected hours, in floats (then its floor is never above the cost)."""
+    rng = random.Random(9)
+    for _ in range(50_000):
+        hours, rate = 10 ** rng.uniform(-3, 4), rng.choice((0.0, 1e-9, rng.uniform(0, 0.5), rng.uniform(0, 50)))
+        nodes, restart = rng.choice((1, 2, 3, 8)), rng.choice((0.0, 0.15, rng.uniform(0, 2)))
+        checkpoint = rng.choice((None, hours / rng.randint(1, 300)))
+        assert hours + hours * (rate * nodes) * restart <= cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
+
+
 def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
     rng = random.Random(4)
     values = [rng.uniform(0, 1) for _ in range(20_000)] + [10 ** rng.uniform(-6, 4) for _ in range(20_000)]
