@@ -104,6 +104,7 @@ class Decision(Frozen):
 _M = TypeVar("_M", bound=Frozen)
 _T = TypeVar("_T")
 _new, _set = object.__new__, object.__setattr__
+_new_tuple = tuple.__new__
 
 
 def built(cls: type[_M], fields: dict) -> _M:
@@ -193,7 +194,7 @@ def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     spec = job.spec
     capacities = _planner_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy,
                                      job.restarts)
-    return Filter(OfferFilter.of(spec), capacities, spec.resources.nodes == 1)
+    return _new_tuple(Filter, (OfferFilter.of(spec), capacities, spec.resources.nodes == 1))  # Filter(...), faster
 
 
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:

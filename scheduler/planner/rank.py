@@ -340,8 +340,16 @@ class Scorer:
         return self._fit_hours(g, key) if got is False else got
 
     def _fit_hours(self, g: Group, key: int) -> float | None:
-        """``_base_hours`` not read yet (``key``: ``g``'s est key)."""
-        est = self._estimates.get(key) or self._estimate(g, key)
+        """``_base_hours`` not read yet (``key``: ``g``'s est key). Nearly every estimate is first asked for
+        here, so ``_estimate``'s work is inlined: a call less for each."""
+        est = self._estimates.get(key)
+        if est is None:
+            figures = self._figures or self._figures_for()
+            try:
+                est = figures(g.gpu, g.gpu_count, g.vcpus)
+            except UserError as exc:
+                est = _unsized(exc)
+            self._estimates[key] = est
         fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
         got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
@@ -352,16 +360,19 @@ class Scorer:
             key = g.est_keys[self._by_gpu]
         est = self._estimates.get(key)
         if est is None:
-            if self._figures is None:
-                job = self.job
-                self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
-                                            measured=self.book.measured)
+            figures = self._figures or self._figures_for()
             try:
-                est = self._figures(g.gpu, g.gpu_count, g.vcpus)
-            except UserError as exc:  # an unknown GPU, or a job file the model cannot size
-                est = str(exc).replace("\n  fix:", ":")
+                est = figures(g.gpu, g.gpu_count, g.vcpus)
+            except UserError as exc:
+                est = _unsized(exc)
             self._estimates[key] = est
         return est
+
+    def _figures_for(self) -> OnSetup:
+        job = self.job
+        self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
+                                    measured=self.book.measured)
+        return self._figures
 
     def timing(self, g: Group) -> Timing:
         """Expected hours (spot: with interruptions), finish and the deadline check, once per timing key."""
@@ -513,6 +524,11 @@ class Scorer:
             return s
         s.runs = s._runs()
         return s
+
+
+def _unsized(exc: UserError) -> str:
+    """What an estimate that failed says: an unknown GPU, or a job file the model cannot size."""
+    return str(exc).replace("\n  fix:", ":")
 
 
 # --- the heap ------------------------------------------------------------------------
