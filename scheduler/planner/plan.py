@@ -208,6 +208,8 @@ def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
 class _Planning:
     """One job being planned: its groups scored once (relaxed filters reuse them), and its ranking."""
 
+    __slots__ = ("job", "book", "scorer", "ranking")
+
     def __init__(self, job: PlanJob, book: CandidateBook) -> None:
         self.job, self.book = job, book
         self.scorer = Scorer(book, job)

@@ -48,7 +48,7 @@ from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
-from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
+from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Row, Tail
 from scheduler.planner.inputs import PlanJob
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
@@ -247,6 +247,11 @@ class Scored:
 class Scorer:
     """One job's groups, each scored once and shared by every filter the planner tries for it."""
 
+    # Slots: one a job, made and read in the planner's hottest paths.
+    __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
+                 "_cutoff", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
+                 "_budget_rate", "_spent")
+
     def __init__(self, book: CandidateBook, job: PlanJob) -> None:
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
@@ -284,7 +289,7 @@ class Scorer:
         and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
         heap: list[Entry | Placeholder]
         book = self.book
-        matching, rows = book.rows(f, self._nodes, self._by_gpu)
+        matching, rows, timings = book.rows(f, self._nodes, self._by_gpu)
         heap = []
         floor, below = _math_floor, _CENTS_UNDER
         base, nodes, restart = self._base, self._nodes, self._restart_hours  # read once: this loop runs for every
@@ -308,7 +313,7 @@ class Scorer:
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
-        return Ranking(self, matching, heap)
+        return Ranking(self, matching, timings, heap)
 
     def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
@@ -598,9 +603,12 @@ class Ranking:
     Nothing here refers back to the ranking: no reference cycles for the collector to find.
     """
 
-    def __init__(self, scorer: Scorer, matching: list[list[Group]], heap: list[Entry | Placeholder]) -> None:
+    __slots__ = ("scorer", "_matching", "_timing_rows", "_bundles", "_heap", "_expanded")  # one a job
+
+    def __init__(self, scorer: Scorer, matching: list[list[Group]], timings: list[Row],
+                 heap: list[Entry | Placeholder]) -> None:
         self.scorer = scorer
-        self._matching = matching
+        self._matching, self._timing_rows = matching, timings  # the bundles; the first row of each timing
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
         self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
@@ -640,21 +648,16 @@ class Ranking:
         add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
         the same stretched (its setup's off spot) and the start plus the hours plus ``restart_hours``: a spot
         timing whose bound is past what the others allow is left out without working out its interruptions."""
-        sc, by_gpu = self.scorer, self.scorer._by_gpu
+        sc = self.scorer
         base_of, restart = sc._base, sc._restart_hours
-        seen: set[int] = set()
         out: list[tuple[float, Group]] = []
         spot: list[tuple[float, float, float, Group]] = []
         least = math.inf
-        for groups in self._matching:
-            g = groups[0]
-            key = g.timing_keys[by_gpu]
-            if key in seen:
-                continue
-            seen.add(key)
-            base = base_of.get(g.est_keys[by_gpu], False)
+        for row in self._timing_rows:
+            g = row.bundle[0]
+            base = base_of.get(row.est_key, False)
             if base is False:
-                base = sc._base_hours(g)
+                base = sc._fit_hours(g, row.est_key)
             if base is None:
                 continue  # the job cannot run there
             start = boot if g.not_warm else 0.0  # as _time's
