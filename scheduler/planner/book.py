@@ -143,6 +143,9 @@ class Row(NamedTuple):
     bundle: list[Group]
 
 
+Timed = tuple[Row, list[list[Group]]]  # a timing's first row, and its bundles (``CandidateBook.rows``)
+
+
 class Filter(NamedTuple):
     """What a job (or a copy with one of its filters lifted) lets through: the offers its job file allows,
     the capacities the planner allows it (``plan._planner_capacities``), and whether fleet slots."""
@@ -299,7 +302,7 @@ class CandidateBook:
         self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
-        self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row], list[Row]]] = {}
+        self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row], list[Timed]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
         slot_groups: list[Group] = []
@@ -335,25 +338,25 @@ class CandidateBook:
             self._matching[f] = got
         return got
 
-    def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row], list[Row]]:
+    def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row], list[Timed]]:
         """``matching(f)``, a ``Row`` per bundle of it (what ``rank.Scorer.rank`` reads of each for a job on
-        ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), and the rows of its timings, the
-        first of each ``Group.timing_keys[by_gpu]`` (``rank.Ranking.needs``); made once per plan() call."""
+        ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), and per timing
+        (``Group.timing_keys[by_gpu]``) its first row and its bundles (``rank.Ranking.needs`` and
+        ``fastest``); made once per plan() call."""
         key = (f, nodes, by_gpu)
         got = self._rows.get(key)
         if got is None:
             matching = self.matching(f)
-            rows, timings, seen = [], [], set()
+            rows = []
+            timings: dict[int, tuple[Row, list[list[Group]]]] = {}
             for bundle in matching:
                 g = bundle[0]
                 hourly = None if g.slot is not None else self.hourly_f(g, nodes)
                 row = Row(g.est_keys[by_gpu], hourly, g.rate if g.capacity is Capacity.spot else 0.0, -1 - g.index,
                           bundle)
                 rows.append(row)
-                if g.timing_keys[by_gpu] not in seen:
-                    seen.add(g.timing_keys[by_gpu])
-                    timings.append(row)
-            got = self._rows[key] = (matching, rows, timings)
+                timings.setdefault(g.timing_keys[by_gpu], (row, []))[1].append(bundle)
+            got = self._rows[key] = (matching, rows, list(timings.values()))
         return got
 
     def in_now_zone(self, dt: datetime) -> datetime:

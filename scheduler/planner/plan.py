@@ -425,7 +425,7 @@ def _deadline_refusal(p: _Planning) -> str:
     policy = p.book.policy
     soonest, fastest = _soonest(p.ranking.needs(policy.boot_hours, 1 / (1 - policy.deadline_safety)), p.book.now,
                                 policy.deadline_safety, p.scorer.timing)
-    s, mem, _ = p.ranking.best(fastest.__contains__)
+    s, mem, _ = p.ranking.fastest(fastest)
     deadline = p.scorer.deadline
     assert deadline is not None
     finish = s.timing.finish
@@ -440,7 +440,7 @@ def _deadline_refusal(p: _Planning) -> str:
 def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
              timing: Callable[[_T], Timing]) -> tuple[datetime, set[Timing]]:
     """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
-    identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
+    identity (``Timing`` compares so; ``Ranking.fastest`` looks them up).
 
     ``needs``: per timing that may be the fastest, its ``needed`` in hours after ``now`` as floats compute
     it (``Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within

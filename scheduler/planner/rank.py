@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -48,7 +48,7 @@ from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
-from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Row, Tail
+from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail, Timed
 from scheduler.planner.inputs import PlanJob
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
@@ -603,12 +603,12 @@ class Ranking:
     Nothing here refers back to the ranking: no reference cycles for the collector to find.
     """
 
-    __slots__ = ("scorer", "_matching", "_timing_rows", "_bundles", "_heap", "_expanded")  # one a job
+    __slots__ = ("scorer", "_matching", "_timed", "_bundles", "_heap", "_expanded")  # one a job
 
-    def __init__(self, scorer: Scorer, matching: list[list[Group]], timings: list[Row],
+    def __init__(self, scorer: Scorer, matching: list[list[Group]], timings: list[Timed],
                  heap: list[Entry | Placeholder]) -> None:
         self.scorer = scorer
-        self._matching, self._timing_rows = matching, timings  # the bundles; the first row of each timing
+        self._matching, self._timed = matching, timings  # the bundles; by timing (``CandidateBook.rows``)
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
         self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
@@ -653,7 +653,7 @@ class Ranking:
         out: list[tuple[float, Group]] = []
         spot: list[tuple[float, float, float, Group]] = []
         least = math.inf
-        for row in self._timing_rows:
+        for row, _ in self._timed:
             g = row.bundle[0]
             base = base_of.get(row.est_key, False)
             if base is False:
@@ -729,37 +729,33 @@ class Ranking:
                 self._settle(heap)
         return out
 
-    def best(self, keep: Callable[[Timing], bool]) -> Pick:
-        """The best candidate whose timing ``keep`` accepts (there must be one), ``keep`` accepting only
-        timings already made: the best such line (its first member is its best), from the heap's entries
-        and those of the placeholders whose timing ``keep`` accepts, so only that group is scored in full.
-        Of a late placeholder not expanded yet, only its cheapest groups are costed
-        (``Scorer._add_cheapest_late``), and only while it sorts before the best found: it sorts before
-        its candidates, so once one sorts after the best, neither its candidates nor those of the
-        placeholders after it can be the best. (The heap itself holds no entry twice: placeholders
-        expanded in it are gone from it.)"""
-        found: list[Entry]
-        late: list[Placeholder]
-        sc, found, late = self.scorer, [], []
-        timings, by_gpu = sc._timings, sc._by_gpu
-        for entry in self._heap:
-            if type(entry) is Placeholder:
-                t = timings.get(entry.bundle[0].timing_keys[by_gpu])
-                if t is not None and keep(t):
-                    expanded = self._expanded.get(entry.order)
-                    if expanded is None and t.late is not None and t.est_blocker is None:
-                        late.append(entry)
-                    else:
-                        found.extend(expanded if expanded is not None else self._expand(entry))
-            elif keep(entry.timing):
-                found.append(entry)
-        top = min(found) if found else None
-        for p in sorted(late) if len(late) > 1 else late:
-            if top is not None and p > top:  # type: ignore[operator]  # tuples; their second fields never tie
-                break
-            cheapest: list[Entry] = []
-            sc._add_cheapest_late(cheapest, p.bundle, timings[p.bundle[0].timing_keys[by_gpu]])
-            head = min(cheapest)
+    def fastest(self, fastest: set[Timing]) -> Pick:
+        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``).
+
+        Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
+        best is among each bundle's cheapest groups (``Scorer._add_cheapest_late``). Bundles are taken by
+        a floor of their cost (``_floor_cents`` of the timing's hours), cheapest first, and only while that
+        floor is not past the best found, so most are never costed."""
+        sc = self.scorer
+        timings, nodes, hourly_f, by_gpu = sc._timings, sc._nodes, sc.book.hourly_f, sc._by_gpu
+        floors: list[tuple[bool, int, int, list[Group], Timing]] = []
+        for row, bundles in self._timed:
+            t = timings.get(row.bundle[0].timing_keys[by_gpu])
+            if t is not None and t in fastest:
+                assert t.late is not None and t.est_blocker is None
+                for bundle in bundles:
+                    g = bundle[0]
+                    floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
+                                   bundle, t))
+        floors.sort()  # (a group's index is its own: nothing after it is compared)
+        top: Entry | None = None
+        found: list[Entry] = []
+        for not_reserved, cents, _, bundle, t in floors:
+            if top is not None and (not_reserved, cents) > top.prefix[:2]:
+                break  # its candidates, and those of the bundles after it, sort after the best found
+            found.clear()
+            sc._add_cheapest_late(found, bundle, t)
+            head = min(found)
             if top is None or head < top:
                 top = head
         assert top is not None
