@@ -394,7 +394,7 @@ def _wait_reason(p: _Planning, first: Pick) -> str:
     if holders:
         parts.append(f"held for higher-priority job {', '.join(sorted(holders))}")
     return (f"waiting: every option that meets the deadline and budget is {' or '.join(parts)}; "
-            f"best when free: {_pick_label(first.scored, first.member)}, ~{p.book.money(first.scored.cost)}")
+            f"best when free: {_pick_label(first.scored.group, first.member)}, ~{p.book.money(first.scored.cost)}")
 
 
 # --- refusals ---------------------------------------------------------------------
@@ -425,16 +425,16 @@ def _deadline_refusal(p: _Planning) -> str:
     policy = p.book.policy
     soonest, fastest = _soonest(p.ranking.needs(policy.boot_hours, 1 / (1 - policy.deadline_safety)), p.book.now,
                                 policy.deadline_safety, p.scorer.timing)
-    s, mem, _ = p.ranking.fastest(fastest)
+    g, mem, t = p.ranking.fastest(fastest)
     deadline = p.scorer.deadline
     assert deadline is not None
-    finish = s.timing.finish
+    finish = t.finish
     if finish > deadline:
         when = f"{_hours(finish - deadline)} after the deadline"
     else:
         when = f"inside the {p.book.policy.deadline_safety:.0%} safety margin before the deadline"
     fix = [f"move the deadline to {_fmt_time(_ceil_minute(soonest))} or later", *_relaxation_hints(p)]
-    return f"fastest option ({_pick_label(s, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
+    return f"fastest option ({_pick_label(g, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
 
 
 def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
@@ -552,10 +552,10 @@ def _label(o: Option) -> str:
     return f"{o.provider} {o.instance_type} {o.capacity.value} in {o.zone}"
 
 
-def _pick_label(s: Scored, mem: Member) -> str:
+def _pick_label(g: Group, mem: Member) -> str:
     """``_label`` of the option a candidate would make, without making it."""
     offer = mem.offer
-    return f"{offer.provider} {offer.instance_type} {s.group.capacity.value} in {offer.zone}"
+    return f"{offer.provider} {offer.instance_type} {g.capacity.value} in {offer.zone}"
 
 
 def _ceil_minute(dt: datetime) -> datetime:

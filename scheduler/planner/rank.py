@@ -527,6 +527,9 @@ class Scorer:
         elif not s.structural:
             s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
             return s
+        elif t.est_blocker is None:
+            s.runs = g.runs.blocked  # what ``_runs`` gives a new machine with a blocker: most of the rest
+            return s
         s.runs = s._runs()
         return s
 
@@ -729,8 +732,9 @@ class Ranking:
                 self._settle(heap)
         return out
 
-    def fastest(self, fastest: set[Timing]) -> Pick:
-        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``).
+    def fastest(self, fastest: set[Timing]) -> tuple[Group, Member, Timing]:
+        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``): its
+        group, member and timing.
 
         Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
         best is among each bundle's cheapest groups (``Scorer._add_cheapest_late``). Bundles are taken by
@@ -758,9 +762,8 @@ class Ranking:
             head = min(found)
             if top is None or head < top:
                 top = head
-        assert top is not None
-        r, prefix, _, _, line, g, t = top
-        return Pick(sc.scored(g, t, prefix), line.members[0], r)
+        assert top is not None  # a refusal reads only which it is (no ``Scored``)
+        return top.group, top.line.members[0], top.timing
 
     def first(self) -> Pick | None:
         self._settle(self._heap)
