@@ -287,6 +287,7 @@ class CandidateBook:
     def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
                  measured: Mapping[tuple[str, str, int], float] | None, market: Market | None = None) -> None:
         self.now, self.policy, self.measured = now, policy, measured
+        self.spot_risk = not policy.naive_spot  # (a property) whether spot must survive a bad case by the deadline
         if market is None or not market.serves(offers, policy):
             market = Market(offers, policy)
         self.market = market

@@ -249,7 +249,7 @@ class Scorer:
 
     # Slots: one a job, made and read in the planner's hottest paths.
     __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
-                 "_cutoff", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
+                 "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
                  "_budget_rate", "_spent")
 
     def __init__(self, book: CandidateBook, job: PlanJob) -> None:
@@ -262,14 +262,17 @@ class Scorer:
         # The job's deadline (in the zone object ``now`` has, ``CandidateBook.in_now_zone``), its safety
         # margin, and the cutoff: a finish after it leaves less than deadline_safety of the remaining time spare.
         self.deadline = self.margin = self._cutoff = None
+        # Whatever can run is late: every start is at or after now and takes some time (4 minutes or more).
+        self.past_deadline = False
         if job.deadline_at is not None:
             deadline = self.deadline = book.in_now_zone(job.deadline_at)
             self.margin = book.margin(deadline)
-            self._cutoff = deadline - self.margin
+            cutoff = self._cutoff = deadline - self.margin
+            self.past_deadline = cutoff <= book.now
         self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
         policy = book.policy
-        # Read once per job, not per timing (``naive_spot`` is a property).
-        self._restart_hours, self._spot_risk = policy.restart_hours, not policy.naive_spot
+        # Read once per job, not per timing.
+        self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -278,11 +281,6 @@ class Scorer:
             self._budget_rate = book.rate(book.policy.currency, self._budget.currency)
             if job.spent is not None:
                 self._spent = job.spent.amount * book.rate(job.spent.currency, self._budget.currency)
-
-    @property
-    def past_deadline(self) -> bool:
-        """Whatever can run is late: every start is at or after now and takes some time (4 minutes or more)."""
-        return self._cutoff is not None and self._cutoff <= self.book.now
 
     def rank(self, f: Filter) -> Ranking:
         """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
