@@ -14,12 +14,17 @@ checks and orders.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
 heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
-(``_floor_cents``: no Decimal for a bundle never reached), and is timed and
-priced group by group only when the ranking reaches it (``Ranking._expand``);
-most bundles of most jobs never are. Only the few candidates a decision shows get a full
-``Scored`` (new machines for a job that avoids nothing rank from their cost
-alone, ``Scorer._add_entries``). A job whose deadline has passed skips the
-relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
+(``_floor_cents``: no Decimal for a bundle never reached; spot's with its
+reclaims' restarts added), and is timed and priced group by group only when the
+ranking reaches it (``Ranking._expand``); most bundles of most jobs never are.
+What ``rank`` reads of a bundle is read once per call (``CandidateBook.rows``).
+Only the few candidates a decision shows get a full ``Scored`` (new machines for
+a job that avoids nothing rank from their cost alone, ``Scorer._add_entries``).
+A job whose deadline has passed skips the relaxed-filter hints (nothing can be
+on time, ``Scorer.past_deadline``). A refusal at a deadline screens the timings
+by their ``Timing.needed`` worked out in floats (``Ranking.needs``), makes only
+those that may be the fastest, and costs only the cheapest groups of their
+bundles (``Ranking.fastest``).
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
