@@ -97,6 +97,9 @@ class Figures(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
+_tuple_new = tuple.__new__  # ``_tuple_new(Figures, (...))`` is ``Figures(...)`` without its Python-level ``__new__``
+
+
 # --- setup and observed rates ------------------------------------------------------------
 
 
@@ -212,10 +215,11 @@ def _train_for(spec: JobSpec, epochs_done: int, nodes: int, measured: Mapping[tu
                                  epochs_left=epochs_left, train=True)
         physical, rate, mem_gib, notes = setting
         epoch_hours = (train_images / rate + val_images / (rate * VAL_SPEEDUP)) / 3600
-        # Positional, in Figures' order: hours, setup, epoch hours, epochs left, batch, memory, rate, fits,
-        # why not, notes (keywords cost more than the arithmetic).
-        return Figures(setup + epochs_left * epoch_hours, setup, epoch_hours, epochs_left, physical, mem_gib, rate,
-                       True, None, notes)
+        # In Figures' order: hours, setup, epoch hours, epochs left, batch, memory, rate, fits, why not, notes;
+        # ``_tuple_new``, not ``Figures(...)``: keywords, or even the NamedTuple's own ``__new__``, cost more
+        # than the arithmetic.
+        return _tuple_new(Figures, (setup + epochs_left * epoch_hours, setup, epoch_hours, epochs_left, physical,
+                                    mem_gib, rate, True, None, notes))
 
     return on
 
@@ -264,8 +268,8 @@ def _val_for(spec: JobSpec, measured: Mapping[tuple[str, str, int], float]) -> O
         if setting is None:
             return _does_not_fit(model, gpu, img_size, infer_memory_gib(model, 1, img_size))
         physical, rate, mem_gib = setting
-        return Figures(setup + images / rate / 3600, setup, None, None, physical, mem_gib, rate, True, None,
-                       _single_gpu_note(gpu_count, "val.py"))  # positional, as in _train_for
+        return _tuple_new(Figures, (setup + images / rate / 3600, setup, None, None, physical, mem_gib, rate, True,
+                                    None, _single_gpu_note(gpu_count, "val.py")))  # as in _train_for
 
     return on
 
@@ -308,8 +312,8 @@ def _infer_for(spec: JobSpec, shards_done: int) -> OnSetup:
             return _does_not_fit(model, gpu, img_size, mem)
         work = images / rate / 3600
         # ``work * (left / shards)`` is ``work`` itself, to the bit, before any shard is done.
-        return Figures(setup + work * (left / shards), setup, work / shards, left, None, mem, rate, True, None,
-                       _DETECT_NOTES)  # positional, as in _train_for
+        return _tuple_new(Figures, (setup + work * (left / shards), setup, work / shards, left, None, mem, rate,
+                                    True, None, _DETECT_NOTES))  # as in _train_for
 
     return on
 

@@ -41,7 +41,8 @@ class OfferFilter(NamedTuple):
     @classmethod
     def of(cls, spec: JobSpec) -> OfferFilter:
         res, where = spec.resources, spec.where
-        return cls(res.gpus, res.gpu_count, where.providers, where.regions)
+        # ``tuple.__new__``: the NamedTuple's own ``__new__`` is Python code, and the planner makes one a job.
+        return tuple.__new__(cls, (res.gpus, res.gpu_count, where.providers, where.regions))
 
     def admits(self, x: Sold) -> bool:
         """Whether ``x`` passes every filter: one of the GPUs, exactly the GPU count, a provider and a region."""

@@ -131,6 +131,21 @@ class Group:
     runs: Runs = _NO_RUNS
 
 
+class Row(NamedTuple):
+    """A bundle (groups sharing a timing) as ``rank.Scorer.rank`` reads it for one kind of job
+    (``CandidateBook.rows``)."""
+
+    est_key: int  # its first group's (``Group.est_keys``, the one the job's kind reads)
+    hourly: float | None  # all nodes' hourly price of its first group, as a float (``Market.hourly_f``); None for
+    # a fleet slot's bundle (it is never a placeholder)
+    spot_rate: float  # its reclaim rate on spot (``Group.rate``), else 0
+    order: int  # -1 - its first group's index (``rank.Placeholder.order``)
+    bundle: list[Group]
+
+
+Timed = tuple[Row, list[list[Group]]]  # a timing's first row, and its bundles (``CandidateBook.rows``)
+
+
 class Filter(NamedTuple):
     """What a job (or a copy with one of its filters lifted) lets through: the offers its job file allows,
     the capacities the planner allows it (``plan._planner_capacities``), and whether fleet slots."""
@@ -272,6 +287,7 @@ class CandidateBook:
     def __init__(self, offers: Sequence[Offer], slots: Sequence[FleetSlot], now: datetime, policy: PlannerPolicy,
                  measured: Mapping[tuple[str, str, int], float] | None, market: Market | None = None) -> None:
         self.now, self.policy, self.measured = now, policy, measured
+        self.spot_risk = not policy.naive_spot  # (a property) whether spot must survive a bad case by the deadline
         if market is None or not market.serves(offers, policy):
             market = Market(offers, policy)
         self.market = market
@@ -287,6 +303,7 @@ class CandidateBook:
         self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
+        self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row], list[Timed]]] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
         slot_groups: list[Group] = []
@@ -320,6 +337,27 @@ class CandidateBook:
                         bundle.sort(key=lambda g: self.hourly(g, 1).amount)
                     got = got + list(bundles.values())
             self._matching[f] = got
+        return got
+
+    def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row], list[Timed]]:
+        """``matching(f)``, a ``Row`` per bundle of it (what ``rank.Scorer.rank`` reads of each for a job on
+        ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), and per timing
+        (``Group.timing_keys[by_gpu]``) its first row and its bundles (``rank.Ranking.needs`` and
+        ``fastest``); made once per plan() call."""
+        key = (f, nodes, by_gpu)
+        got = self._rows.get(key)
+        if got is None:
+            matching = self.matching(f)
+            rows = []
+            timings: dict[int, tuple[Row, list[list[Group]]]] = {}
+            for bundle in matching:
+                g = bundle[0]
+                hourly = None if g.slot is not None else self.hourly_f(g, nodes)
+                row = Row(g.est_keys[by_gpu], hourly, g.rate if g.capacity is Capacity.spot else 0.0, -1 - g.index,
+                          bundle)
+                rows.append(row)
+                timings.setdefault(g.timing_keys[by_gpu], (row, []))[1].append(bundle)
+            got = self._rows[key] = (matching, rows, list(timings.values()))
         return got
 
     def in_now_zone(self, dt: datetime) -> datetime:

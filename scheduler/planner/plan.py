@@ -61,7 +61,7 @@ from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Pick, Scored, Scorer, Timing
+from scheduler.planner.rank import Pick, Scored, Scorer, Timing, need_tolerance
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
@@ -102,7 +102,9 @@ class Decision(Frozen):
 
 
 _M = TypeVar("_M", bound=Frozen)
+_T = TypeVar("_T")
 _new, _set = object.__new__, object.__setattr__
+_new_tuple = tuple.__new__
 
 
 def built(cls: type[_M], fields: dict) -> _M:
@@ -150,7 +152,8 @@ def collector_paused() -> Iterator[None]:
 
 
 _SPOT, _ON_DEMAND = frozenset({Capacity.spot}), frozenset({Capacity.on_demand})
-_FEASIBLE, _WAITING = Rank.FEASIBLE, Rank.WAITING  # read once: an enum member is slow to look up
+# Read once: an enum member is slow to look up.
+_FEASIBLE, _WAITING, _CANNOT_RUN = Rank.FEASIBLE, Rank.WAITING, Rank.CANNOT_RUN
 
 
 def spot_allowed(preemptions: int, max_restarts: int, policy: PlannerPolicy, restarts: int | None = None) -> bool:
@@ -191,7 +194,7 @@ def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     spec = job.spec
     capacities = _planner_capacities(spec.policy.capacity, job.preemptions, spec.policy.max_restarts, policy,
                                      job.restarts)
-    return Filter(OfferFilter.of(spec), capacities, spec.resources.nodes == 1)
+    return _new_tuple(Filter, (OfferFilter.of(spec), capacities, spec.resources.nodes == 1))  # Filter(...), faster
 
 
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
@@ -204,6 +207,8 @@ def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
 
 class _Planning:
     """One job being planned: its groups scored once (relaxed filters reuse them), and its ranking."""
+
+    __slots__ = ("job", "book", "scorer", "ranking")
 
     def __init__(self, job: PlanJob, book: CandidateBook) -> None:
         self.job, self.book = job, book
@@ -221,7 +226,8 @@ class _Planning:
         if feasible and choice is not None:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
         elif s.late_only and not mem.sold_out:  # most blocked options: just late (a job past its deadline)
-            why = s.blockers(mem, self.scorer)[0].text
+            sc = self.scorer  # the one blocker ``Scored.blockers`` lists, without the list
+            why = t.late_blocker(sc.deadline, sc.margin).text  # type: ignore[arg-type]  # late: a deadline
         else:
             blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
@@ -388,7 +394,7 @@ def _wait_reason(p: _Planning, first: Pick) -> str:
     if holders:
         parts.append(f"held for higher-priority job {', '.join(sorted(holders))}")
     return (f"waiting: every option that meets the deadline and budget is {' or '.join(parts)}; "
-            f"best when free: {_pick_label(first.scored, first.member)}, ~{p.book.money(first.scored.cost)}")
+            f"best when free: {_pick_label(first.scored.group, first.member)}, ~{p.book.money(first.scored.cost)}")
 
 
 # --- refusals ---------------------------------------------------------------------
@@ -396,15 +402,17 @@ def _wait_reason(p: _Planning, first: Pick) -> str:
 
 def _refusal(p: _Planning, first: Pick) -> str:
     """Why nothing can work even once stock returns, and what in the job file to change."""
-    job, bundles = p.job, p.ranking.bundles
-    if all(t.est_blocker is not None for t, _ in bundles):  # nothing fits or can be estimated
+    job = p.job
+    if first.rank is _CANNOT_RUN:  # the best cannot run, so nothing fits or can be estimated
         scored = p.ranking.scored
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
             return f"cannot estimate the job: {first.scored.blockers(first.member, p.scorer)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")
         fix = _relaxation_hints(p) or ["use a smaller model or img_size"]
         return f"the job fits no allowed GPU ({memory}): {' or '.join(fix)}"
-    on_time = [groups for t, groups in bundles if t.est_blocker is None and t.late is None]
+    if p.scorer.past_deadline:  # whatever can run is late, without timing every bundle to see it
+        return _deadline_refusal(p)
+    on_time = [groups for t, groups in p.ranking.bundles if t.est_blocker is None and t.late is None]
     if not on_time and job.deadline_at is not None:
         return _deadline_refusal(p)
     over = [s for groups in on_time for s in map(p.scorer.scored, groups) if s.over_budget]
@@ -414,34 +422,38 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 
 def _deadline_refusal(p: _Planning) -> str:
-    soonest, fastest = _soonest([t for t, _ in p.ranking.bundles if t.est_blocker is None], p.book.now,
-                                p.book.policy.deadline_safety)
-    s, mem, _ = p.ranking.best(fastest.__contains__)
+    policy = p.book.policy
+    soonest, fastest = _soonest(p.ranking.needs(policy.boot_hours, 1 / (1 - policy.deadline_safety)), p.book.now,
+                                policy.deadline_safety, p.scorer.timing)
+    g, mem, t = p.ranking.fastest(fastest)
     deadline = p.scorer.deadline
     assert deadline is not None
-    finish = s.timing.finish
+    finish = t.finish
     if finish > deadline:
         when = f"{_hours(finish - deadline)} after the deadline"
     else:
         when = f"inside the {p.book.policy.deadline_safety:.0%} safety margin before the deadline"
     fix = [f"move the deadline to {_fmt_time(_ceil_minute(soonest))} or later", *_relaxation_hints(p)]
-    return f"fastest option ({_pick_label(s, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
+    return f"fastest option ({_pick_label(g, mem)}) finishes {_fmt_time(finish)}, {when}: {' or '.join(fix)}"
 
 
-def _soonest(timings: list[Timing], now: datetime, safety: float) -> tuple[datetime, set[Timing]]:
-    """The earliest deadline any of ``timings`` meets (``Timing.needed``), and the timings that meet it, by
-    identity (``Timing`` compares so; ``Ranking.best`` asks each heap entry's).
+def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
+             timing: Callable[[_T], Timing]) -> tuple[datetime, set[Timing]]:
+    """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
+    identity (``Timing`` compares so; ``Ranking.fastest`` looks them up).
 
-    A timing's ``needed`` is at or after its finish and its bad case: both are at or after ``now``, and the
-    safety margin only adds to what is left until them. So, looked at by the later of the two, earliest
-    first, a timing whose later one is past the soonest deadline found cannot meet it, nor can any after
-    it: their ``needed`` (a timedelta divided by a float, the slow part of a refusal) is never computed."""
+    ``needs``: per timing that may be the fastest, its ``needed`` in hours after ``now`` as floats compute
+    it (``Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within
+    ``rank.need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
+    by a float, the slow part of a refusal): the others' cannot be the least, nor tie with it."""
+    least = min(need for need, _ in needs)
+    cutoff = least + need_tolerance(least, 1 / (1 - safety))
     soonest: datetime | None = None
     fastest: set[Timing] = set()
-    for low, _, t in sorted((t.finish if t.worst is None else max(t.finish, t.worst), i, t)
-                            for i, t in enumerate(timings)):
-        if soonest is not None and low > soonest:
-            break
+    for approx, x in needs:
+        if approx > cutoff:
+            continue
+        t = timing(x)
         need = t.needed(now, safety)
         if soonest is None or need < soonest:
             soonest, fastest = need, {t}
@@ -540,10 +552,10 @@ def _label(o: Option) -> str:
     return f"{o.provider} {o.instance_type} {o.capacity.value} in {o.zone}"
 
 
-def _pick_label(s: Scored, mem: Member) -> str:
+def _pick_label(g: Group, mem: Member) -> str:
     """``_label`` of the option a candidate would make, without making it."""
     offer = mem.offer
-    return f"{offer.provider} {offer.instance_type} {s.group.capacity.value} in {offer.zone}"
+    return f"{offer.provider} {offer.instance_type} {g.capacity.value} in {offer.zone}"
 
 
 def _ceil_minute(dt: datetime) -> datetime:

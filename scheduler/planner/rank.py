@@ -14,12 +14,17 @@ checks and orders.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
 heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
-(``_floor_cents``: no Decimal for a bundle never reached), and is timed and
-priced group by group only when the ranking reaches it (``Ranking._expand``);
-most bundles of most jobs never are. Only the few candidates a decision shows get a full
-``Scored`` (new machines for a job that avoids nothing rank from their cost
-alone, ``Scorer._add_entries``). A job whose deadline has passed skips the
-relaxed-filter hints (nothing can be on time, ``Scorer.past_deadline``).
+(``_floor_cents``: no Decimal for a bundle never reached; spot's with its
+reclaims' restarts added), and is timed and priced group by group only when the
+ranking reaches it (``Ranking._expand``); most bundles of most jobs never are.
+What ``rank`` reads of a bundle is read once per call (``CandidateBook.rows``).
+Only the few candidates a decision shows get a full ``Scored`` (new machines for
+a job that avoids nothing rank from their cost alone, ``Scorer._add_entries``).
+A job whose deadline has passed skips the relaxed-filter hints (nothing can be
+on time, ``Scorer.past_deadline``). A refusal at a deadline screens the timings
+by their ``Timing.needed`` worked out in floats (``Ranking.needs``), makes only
+those that may be the fastest, and costs only the cheapest groups of their
+bundles (``Ranking.fastest``).
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -48,7 +53,7 @@ from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
-from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
+from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail, Timed
 from scheduler.planner.inputs import PlanJob
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
@@ -247,6 +252,11 @@ class Scored:
 class Scorer:
     """One job's groups, each scored once and shared by every filter the planner tries for it."""
 
+    # Slots: one a job, made and read in the planner's hottest paths.
+    __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
+                 "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
+                 "_budget_rate", "_spent")
+
     def __init__(self, book: CandidateBook, job: PlanJob) -> None:
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
@@ -257,14 +267,17 @@ class Scorer:
         # The job's deadline (in the zone object ``now`` has, ``CandidateBook.in_now_zone``), its safety
         # margin, and the cutoff: a finish after it leaves less than deadline_safety of the remaining time spare.
         self.deadline = self.margin = self._cutoff = None
+        # Whatever can run is late: every start is at or after now and takes some time (4 minutes or more).
+        self.past_deadline = False
         if job.deadline_at is not None:
             deadline = self.deadline = book.in_now_zone(job.deadline_at)
             self.margin = book.margin(deadline)
-            self._cutoff = deadline - self.margin
+            cutoff = self._cutoff = deadline - self.margin
+            self.past_deadline = cutoff <= book.now
         self._resumes = job.spec.kind in RESUMABLE_KINDS  # from its last checkpoint (epoch or shard), after a reclaim
         policy = book.policy
-        # Read once per job, not per timing (``naive_spot`` is a property).
-        self._restart_hours, self._spot_risk = policy.restart_hours, not policy.naive_spot
+        # Read once per job, not per timing.
+        self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -274,44 +287,42 @@ class Scorer:
             if job.spent is not None:
                 self._spent = job.spent.amount * book.rate(job.spent.currency, self._budget.currency)
 
-    @property
-    def past_deadline(self) -> bool:
-        """Whatever can run is late: every start is at or after now and takes some time (4 minutes or more)."""
-        return self._cutoff is not None and self._cutoff <= self.book.now
-
     def rank(self, f: Filter) -> Ranking:
         """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
         and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
         heap: list[Entry | Placeholder]
         book = self.book
-        matching, heap = book.matching(f), []
-        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        nodes, floor, below = self._nodes, _math_floor, _CENTS_UNDER
-        base, by_gpu = self._base, self._by_gpu  # read once: this loop runs for every bundle of every job
+        matching, rows, timings = book.rows(f, self._nodes, self._by_gpu)
+        heap = []
+        floor, below = _math_floor, _CENTS_UNDER
+        base, nodes, restart = self._base, self._nodes, self._restart_hours  # read once: this loop runs for every
+        # bundle of every job
         best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-        for bundle in matching:
-            g = bundle[0]
-            if lazy and g.slot is None:
-                key = g.est_keys[by_gpu]
+        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
+        for key, hourly, spot_rate, order, bundle in rows:
+            if lazy and hourly is not None:
                 hours: float | Literal[False] | None = base.get(key, False)
                 if hours is False:
-                    hours = self._base_hours(g)
+                    hours = self._fit_hours(bundle[0], key)
                 if hours is not None:
-                    hourly = g.hourly_f.get(nodes) or book.hourly_f(g, nodes)
+                    if spot_rate:
+                        # At or below spot's expected hours (``cost.on_spot``: the same n x restart_hours, to
+                        # the bit, and lost work only adds): a floor nearer the cost, reached later.
+                        hours = hours + hours * (spot_rate * nodes) * restart
                     least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
-                    heap.append(_new(Placeholder, (best, least, (), -1 - g.index, bundle)))
+                    heap.append(_new(Placeholder, (best, least, (), order, bundle)))
                     continue
-            t = self._timing(g)
+            t = self.timing(bundle[0])
             for g in bundle:
                 self._enter(g, t, heap)
         heapq.heapify(heap)
-        return Ranking(self, matching, heap)
+        return Ranking(self, matching, timings, heap)
 
     def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
         s = self._scored.get(g.index)
         if s is None:
-            s = self._scored[g.index] = self._score(g, self._timing(g) if t is None else t, prefix)
+            s = self._scored[g.index] = self._score(g, self.timing(g) if t is None else t, prefix)
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
@@ -320,7 +331,7 @@ class Scorer:
             return None  # no need to estimate what the relaxed filter adds
         heads: list[tuple[SortKey, Pick]] = []
         for bundle in self.book.matching(f):
-            t = self._timing(bundle[0])
+            t = self.timing(bundle[0])
             if t.est_blocker is not None or t.late is not None:
                 continue  # BLOCKED or CANNOT_RUN whatever it costs
             for g in bundle:
@@ -334,10 +345,21 @@ class Scorer:
         """The estimate's hours (before interruptions), when it fits."""
         key = g.est_keys[self._by_gpu]
         got: float | Literal[False] | None = self._base.get(key, False)
-        if got is False:
-            est = self._estimate(g, key)
-            fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
-            got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
+        return self._fit_hours(g, key) if got is False else got
+
+    def _fit_hours(self, g: Group, key: int) -> float | None:
+        """``_base_hours`` not read yet (``key``: ``g``'s est key). Nearly every estimate is first asked for
+        here, so ``_estimate``'s work is inlined: a call less for each."""
+        est = self._estimates.get(key)
+        if est is None:
+            figures = self._figures or self._figures_for()
+            try:
+                est = figures(g.gpu, g.gpu_count, g.vcpus)
+            except UserError as exc:
+                est = _unsized(exc)
+            self._estimates[key] = est
+        fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
+        got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
 
     def _estimate(self, g: Group, key: int | None = None) -> Figures | str:
@@ -346,24 +368,37 @@ class Scorer:
             key = g.est_keys[self._by_gpu]
         est = self._estimates.get(key)
         if est is None:
-            if self._figures is None:
-                job = self.job
-                self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
-                                            measured=self.book.measured)
+            figures = self._figures or self._figures_for()
             try:
-                est = self._figures(g.gpu, g.gpu_count, g.vcpus)
-            except UserError as exc:  # an unknown GPU, or a job file the model cannot size
-                est = str(exc).replace("\n  fix:", ":")
+                est = figures(g.gpu, g.gpu_count, g.vcpus)
+            except UserError as exc:
+                est = _unsized(exc)
             self._estimates[key] = est
         return est
 
-    def _timing(self, g: Group) -> Timing:
+    def _figures_for(self) -> OnSetup:
+        job = self.job
+        self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
+                                    measured=self.book.measured)
+        return self._figures
+
+    def timing(self, g: Group) -> Timing:
         """Expected hours (spot: with interruptions), finish and the deadline check, once per timing key."""
         key = g.timing_keys[self._by_gpu]
         t = self._timings.get(key)
         if t is None:
             t = self._timings[key] = self._time(g)
         return t
+
+    def spot_need_hours(self, g: Group, base: float, start: float, stretch: float) -> float:
+        """For a job with a deadline, on spot: ``g``'s timing's ``Timing.needed``, in hours after now, as
+        floats compute it (within ``need_tolerance``), without making the ``Timing``: the later of the
+        finish stretched by the safety margin and the bad case. ``base``: the estimate's hours (it fits);
+        ``start``: hours after now; ``stretch``: 1 / (1 - deadline_safety). By ``_time``'s arithmetic."""
+        est = self._estimates[g.est_keys[self._by_gpu]]
+        checkpoint = est.epoch_hours if self._resumes else None  # type: ignore[union-attr]  # it fits
+        _, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
+        return max((start + h) * stretch, start + bad)
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
@@ -495,8 +530,16 @@ class Scorer:
         elif not s.structural:
             s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
             return s
+        elif t.est_blocker is None:
+            s.runs = g.runs.blocked  # what ``_runs`` gives a new machine with a blocker: most of the rest
+            return s
         s.runs = s._runs()
         return s
+
+
+def _unsized(exc: UserError) -> str:
+    """What an estimate that failed says: an unknown GPU, or a job file the model cannot size."""
+    return str(exc).replace("\n  fix:", ":")
 
 
 # --- the heap ------------------------------------------------------------------------
@@ -566,9 +609,12 @@ class Ranking:
     Nothing here refers back to the ranking: no reference cycles for the collector to find.
     """
 
-    def __init__(self, scorer: Scorer, matching: list[list[Group]], heap: list[Entry | Placeholder]) -> None:
+    __slots__ = ("scorer", "_matching", "_timed", "_bundles", "_heap", "_expanded")  # one a job
+
+    def __init__(self, scorer: Scorer, matching: list[list[Group]], timings: list[Timed],
+                 heap: list[Entry | Placeholder]) -> None:
         self.scorer = scorer
-        self._matching = matching
+        self._matching, self._timed = matching, timings  # the bundles; by timing (``CandidateBook.rows``)
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
         self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
@@ -579,7 +625,7 @@ class Ranking:
         if entries is None:
             entries = self._expanded[p.order] = []
             sc = self.scorer
-            sc._add_entries(entries, p.bundle, sc._timing(p.bundle[0]))
+            sc._add_entries(entries, p.bundle, sc.timing(p.bundle[0]))
         return entries
 
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
@@ -593,10 +639,46 @@ class Ranking:
     def bundles(self) -> list[tuple[Timing, list[Group]]]:
         """Per timing: the groups that share it (every bundle timed)."""
         if self._bundles is None:
-            timing, timings, by_gpu = self.scorer._timing, self.scorer._timings, self.scorer._by_gpu
+            timing, timings, by_gpu = self.scorer.timing, self.scorer._timings, self.scorer._by_gpu
             self._bundles = [(timings.get(groups[0].timing_keys[by_gpu]) or timing(groups[0]), groups)
                              for groups in self._matching]
         return self._bundles
+
+    def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
+        """For a job with a deadline, per timing it can run on that may be the fastest: its ``Timing.needed``
+        in hours after now as floats compute it, and a group that has it (``plan._soonest`` makes those
+        within ``need_tolerance`` of the least). ``boot``: a new machine's hours to start; ``stretch``:
+        1 / (1 - deadline_safety).
+
+        Off spot, the finish is the start plus the estimate's hours, stretched. On spot, interruptions only
+        add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
+        the same stretched (its setup's off spot) and the start plus the hours plus ``restart_hours``: a spot
+        timing whose bound is past what the others allow is left out without working out its interruptions."""
+        sc = self.scorer
+        base_of, restart = sc._base, sc._restart_hours
+        out: list[tuple[float, Group]] = []
+        spot: list[tuple[float, float, float, Group]] = []
+        least = math.inf
+        for row, _ in self._timed:
+            g = row.bundle[0]
+            base = base_of.get(row.est_key, False)
+            if base is False:
+                base = sc._fit_hours(g, row.est_key)
+            if base is None:
+                continue  # the job cannot run there
+            start = boot if g.not_warm else 0.0  # as _time's
+            if g.capacity is _SPOT:
+                spot.append((max((start + base) * stretch, start + (base + restart)), base, start, g))
+            else:
+                need = (start + base) * stretch
+                out.append((need, g))
+                if need < least:
+                    least = need
+        cutoff = least + need_tolerance(least, stretch)
+        for bound, base, start, g in spot:
+            if bound <= cutoff:
+                out.append((sc.spot_need_hours(g, base, start, stretch), g))
+        return out
 
     @property
     def scored(self) -> list[Scored]:
@@ -653,27 +735,38 @@ class Ranking:
                 self._settle(heap)
         return out
 
-    def best(self, keep: Callable[[Timing], bool]) -> Pick:
-        """The best candidate whose timing ``keep`` accepts (there must be one): the best such line
-        (its first member is its best), from the heap's entries and those of the placeholders whose
-        timing ``keep`` accepts (of a late one not expanded yet, only its cheapest groups:
-        ``Scorer._add_cheapest_late``), so only that group is scored in full. (The heap itself holds no
-        entry twice: placeholders expanded in it are gone from it.)"""
-        found: list[Entry]
-        sc, found = self.scorer, []
-        for entry in self._heap:
-            if type(entry) is Placeholder:
-                t = sc._timing(entry.bundle[0])
-                if keep(t):
-                    expanded = self._expanded.get(entry.order)
-                    if expanded is None and t.late is not None and t.est_blocker is None:
-                        sc._add_cheapest_late(found, entry.bundle, t)
-                    else:
-                        found.extend(expanded if expanded is not None else self._expand(entry))
-            elif keep(entry.timing):
-                found.append(entry)
-        r, prefix, _, _, line, g, t = min(found)
-        return Pick(sc.scored(g, t, prefix), line.members[0], r)
+    def fastest(self, fastest: set[Timing]) -> tuple[Group, Member, Timing]:
+        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``): its
+        group, member and timing.
+
+        Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
+        best is among each bundle's cheapest groups (``Scorer._add_cheapest_late``). Bundles are taken by
+        a floor of their cost (``_floor_cents`` of the timing's hours), cheapest first, and only while that
+        floor is not past the best found, so most are never costed."""
+        sc = self.scorer
+        timings, nodes, hourly_f, by_gpu = sc._timings, sc._nodes, sc.book.hourly_f, sc._by_gpu
+        floors: list[tuple[bool, int, int, list[Group], Timing]] = []
+        for row, bundles in self._timed:
+            t = timings.get(row.bundle[0].timing_keys[by_gpu])
+            if t is not None and t in fastest:
+                assert t.late is not None and t.est_blocker is None
+                for bundle in bundles:
+                    g = bundle[0]
+                    floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
+                                   bundle, t))
+        floors.sort()  # (a group's index is its own: nothing after it is compared)
+        top: Entry | None = None
+        found: list[Entry] = []
+        for not_reserved, cents, _, bundle, t in floors:
+            if top is not None and (not_reserved, cents) > top.prefix[:2]:
+                break  # its candidates, and those of the bundles after it, sort after the best found
+            found.clear()
+            sc._add_cheapest_late(found, bundle, t)
+            head = min(found)
+            if top is None or head < top:
+                top = head
+        assert top is not None  # a refusal reads only which it is (no ``Scored``)
+        return top.group, top.line.members[0], top.timing
 
     def first(self) -> Pick | None:
         self._settle(self._heap)
@@ -681,6 +774,15 @@ class Ranking:
             return None
         r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
         return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
+
+
+def need_tolerance(hours: float, stretch: float) -> float:
+    """How far a float ``needed`` (``Ranking.needs``, hours after now) may be from ``Timing.needed``, twice
+    over, with room to spare; ``stretch``: 1 / (1 - deadline_safety). ``needed`` rounds to the microsecond
+    (2.8e-10 h) where it starts, finishes and after the division by 1 - safety, which stretches the error
+    before it; the floats err by a few parts in 1e16. The bound here is 36 microseconds x (1 + stretch),
+    plus a part in 1e12 (``test_fast_paths`` finds the errors under a tenth of it)."""
+    return 1e-8 * (1 + stretch) + 1e-12 * abs(hours)
 
 
 def fmt_hours(delta: timedelta) -> str:

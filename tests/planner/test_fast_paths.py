@@ -2,8 +2,9 @@
 
 ``rank._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
 above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
-``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``
-must find the soonest deadline computing every ``Timing.needed`` finds.
+``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``,
+making only the timings whose float estimate (``Ranking.needs``) is near the least, must find the
+soonest deadline computing every ``Timing.needed`` finds.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from zoneinfo import ZoneInfo
 from scheduler.models import Capacity
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
-from scheduler.planner.inputs import PlanJob, PlannerPolicy
-from scheduler.planner.plan import _soonest, plan
-from scheduler.planner.rank import Timing, _floor_cents
+from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
+from scheduler.planner.plan import _Planning, _soonest, plan
+from scheduler.planner.rank import Timing, _floor_cents, need_tolerance
+from scheduler.simulation.trace_file import load_trace
+from tests.planner.golden import STRESS, market
 from tests.planner.test_planner import make_job, make_offer
 
 
@@ -44,6 +47,17 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
             assert cents - 1 - cents * 1e-11 <= floor <= cents, (price, hours, exact, floor)
             checked += 1
     assert checked == 15_000
+
+
+def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
+    """``Scorer.rank`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
+    never be above ``cost.on_spot``'s expected hours, in floats (then its floor is never above the cost)."""
+    rng = random.Random(9)
+    for _ in range(50_000):
+        hours, rate = 10 ** rng.uniform(-3, 4), rng.choice((0.0, 1e-9, rng.uniform(0, 0.5), rng.uniform(0, 50)))
+        nodes, restart = rng.choice((1, 2, 3, 8)), rng.choice((0.0, 0.15, rng.uniform(0, 2)))
+        checkpoint = rng.choice((None, hours / rng.randint(1, 300)))
+        assert hours + hours * (rate * nodes) * restart <= cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
 
 
 def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
@@ -89,10 +103,18 @@ def test_decisions_are_the_same_whatever_zone_the_deadlines_are_given_in() -> No
 
 
 def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
-    """``plan._soonest`` computes ``needed`` only for timings that can meet the soonest deadline: it finds
-    what computing every one finds, ties included."""
+    """``plan._soonest`` makes and computes ``needed`` only for timings whose float estimate is near the
+    least: with estimates as far off as ``rank.need_tolerance`` allows, it finds what computing every one finds,
+    ties included."""
     rng = random.Random(5)
     now = datetime(2026, 12, 1, 8, 0, tzinfo=timezone(timedelta(hours=8)))
+    skipped = 0
+    made: list[Timing] = []
+
+    def make(t: Timing) -> Timing:
+        made.append(t)
+        return t
+
     for case in range(400):
         timings = []
         for _ in range(rng.randint(1, 14)):
@@ -104,6 +126,52 @@ def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
                                   "deadline", worst, None))
         safety = rng.choice((0.0, 0.1, 0.25, 0.9))
         needs = [t.needed(now, safety) for t in timings]
-        soonest, fastest = _soonest(timings, now, safety)
+        floats = []
+        for t, need in zip(timings, needs, strict=True):
+            hours = (need - now) / timedelta(hours=1)
+            floats.append((hours + rng.uniform(-0.5, 0.5) * need_tolerance(hours, 1 / (1 - safety)), t))
+        made.clear()
+        soonest, fastest = _soonest(floats, now, safety, make)
         assert soonest == min(needs), case
         assert fastest == {t for t, need in zip(timings, needs, strict=True) if need == soonest}, case
+        skipped += len(timings) - len(made)
+    assert skipped > 1000  # most timings are never made
+
+
+def test_a_timings_float_need_is_well_within_the_tolerance() -> None:
+    """``Ranking.needs`` is ``Timing.needed`` to within half ``rank.need_tolerance`` (and far less),
+    for stress-trace jobs past and before their deadlines, new and warm machines, spot and on-demand."""
+    entries = load_trace(STRESS)[:300]
+    offers = market(400)
+    now = max(e.at for e in entries)
+    slots = [FleetSlot(kind="warm", instance_id=f"i-{k}", offer=o, capacity=Capacity.on_demand)
+             for k, o in enumerate(offers[:40:4])]
+    worst, checked, warm, spot = 0.0, 0, 0, 0
+    for safety in (0.0, 0.1, 0.5, 0.99):
+        policy = PlannerPolicy(deadline_safety=safety)
+        book = CandidateBook(offers, slots, now, policy, None)
+        for i, e in enumerate(entries):
+            submitted = now - timedelta(hours=i % 7)
+            deadline = e.job.deadline_at(submitted)
+            if deadline is None:
+                continue
+            p = _Planning(PlanJob(id=f"j{i}", spec=e.job, submitted_at=submitted, deadline_at=deadline), book)
+            sc, stretch = p.scorer, 1 / (1 - safety)
+            needs = p.ranking.needs(policy.boot_hours, stretch)
+            # Every spot timing too, and the bound that may leave one out (``Ranking.needs``).
+            for bundle in p.ranking._matching:
+                g = bundle[0]
+                base = sc._base_hours(g)
+                if g.capacity is Capacity.spot and base is not None:
+                    start = policy.boot_hours if g.not_warm else 0.0
+                    need = sc.spot_need_hours(g, base, start, stretch)
+                    assert need >= max((start + base) * stretch, start + (base + policy.restart_hours))
+                    needs.append((need, g))
+            for approx, g in needs:
+                exact = (sc.timing(g).needed(now, safety) - now) / timedelta(hours=1)
+                worst = max(worst, abs(approx - exact) / need_tolerance(approx, stretch))
+                checked += 1
+                warm += not g.not_warm
+                spot += g.capacity is Capacity.spot
+    assert checked > 5000 and warm > 50 and spot > 1000, (checked, warm, spot)
+    assert worst < 0.1, worst
