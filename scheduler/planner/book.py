@@ -1,4 +1,4 @@
-"""The offers and fleet slots of one ``plan()`` call, grouped for ``planner.rank``.
+"""The offers and fleet slots of one ``plan()`` call, grouped for ``planner.rank`` and ``planner.heap``.
 
 A ``CandidateBook`` folds the offers and fleet slots into ``Group``s of candidates
 that share every number the planner computes (cloud, region, GPU setup, vCPUs,
@@ -127,19 +127,19 @@ class Group:
     est_keys: tuple[int, int] = (0, 0)
     timing_keys: tuple[int, int] = (0, 0)  # each x capacity x reclaim rate x warm start
     hourly: dict[int, Money] = field(default_factory=dict)  # nodes -> price of all nodes, policy currency
-    hourly_f: dict[int, float] = field(default_factory=dict)  # the same amounts as floats (``rank._floor_cents``)
+    hourly_f: dict[int, float] = field(default_factory=dict)  # the same amounts as floats (``heap._floor_cents``)
     runs: Runs = _NO_RUNS
 
 
 class Row(NamedTuple):
-    """A bundle (groups sharing a timing) as ``rank.Scorer.rank`` reads it for one kind of job
+    """A bundle (groups sharing a timing) as ``heap.ranking`` reads it for one kind of job
     (``CandidateBook.rows``)."""
 
     est_key: int  # its first group's (``Group.est_keys``, the one the job's kind reads)
     hourly: float | None  # all nodes' hourly price of its first group, as a float (``Market.hourly_f``); None for
     # a fleet slot's bundle (it is never a placeholder)
     spot_rate: float  # its reclaim rate on spot (``Group.rate``), else 0
-    order: int  # -1 - its first group's index (``rank.Placeholder.order``)
+    order: int  # -1 - its first group's index (``heap.Placeholder.order``)
     bundle: list[Group]
 
 
@@ -205,7 +205,7 @@ class Market:
                 if g.capacity in capacities and offers.admits(g):
                     bundles.setdefault(g.timing_keys[0], []).append(g)
             got = self._matching[key] = list(bundles.values())
-            for bundle in got:  # by price, so costs never fall along a bundle (rank.Placeholder)
+            for bundle in got:  # by price, so costs never fall along a bundle (heap.Placeholder)
                 bundle.sort(key=lambda g: self.hourly(g, 1).amount)
         return got
 
@@ -216,7 +216,7 @@ class Market:
         return r
 
     def hourly_f(self, g: Group, nodes: int) -> float:
-        """``hourly``'s amount as a float (for a lower bound only: ``rank._floor_cents``)."""
+        """``hourly``'s amount as a float (for a lower bound only: ``heap._floor_cents``)."""
         f = g.hourly_f.get(nodes)
         if f is None:
             f = g.hourly_f[nodes] = float(self.hourly(g, nodes).amount)
@@ -261,7 +261,7 @@ def _intern(keys: dict[tuple, int], key: tuple) -> int:
 
 
 def _finish(groups: list[Group], first: int) -> None:
-    """Number ``groups`` from ``first`` and sort each one's members into the lines ``rank`` walks."""
+    """Number ``groups`` from ``first`` and sort each one's members into the lines ``heap`` walks."""
     for i, g in enumerate(groups, first):
         g.index = i
         for mem in g.members:
@@ -340,9 +340,9 @@ class CandidateBook:
         return got
 
     def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row], list[Timed]]:
-        """``matching(f)``, a ``Row`` per bundle of it (what ``rank.Scorer.rank`` reads of each for a job on
+        """``matching(f)``, a ``Row`` per bundle of it (what ``heap.ranking`` reads of each for a job on
         ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), and per timing
-        (``Group.timing_keys[by_gpu]``) its first row and its bundles (``rank.Ranking.needs`` and
+        (``Group.timing_keys[by_gpu]``) its first row and its bundles (``heap.Ranking.needs`` and
         ``fastest``); made once per plan() call."""
         key = (f, nodes, by_gpu)
         got = self._rows.get(key)

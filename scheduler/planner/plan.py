@@ -33,7 +33,7 @@ is set; unless its job file asks for spot only: that choice stands. The job's ow
 ``max_restarts`` is the bound by default, not a flat cap: a job that would have
 finished on spot stays there.
 
-Speed (``planner.rank``): candidates that share every number (same cloud,
+Speed (``planner.rank`` and ``planner.heap``): candidates that share every number (same cloud,
 region, GPU setup, price, reclaim rate; other zones and instance types) are
 priced once per job as a group, ``perf.figures_for`` reads a job once for all
 its GPU setups, and a heap yields candidates best first, timing and pricing a
@@ -60,8 +60,9 @@ from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
+from scheduler.planner.heap import need_tolerance, ranking
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
-from scheduler.planner.rank import Pick, Scored, Scorer, Timing, need_tolerance
+from scheduler.planner.rank import Pick, Scored, Scorer, Timing
 from scheduler.planner.rank import fmt_hours as _hours
 from scheduler.planner.rank import fmt_time as _fmt_time
 
@@ -213,7 +214,7 @@ class _Planning:
     def __init__(self, job: PlanJob, book: CandidateBook) -> None:
         self.job, self.book = job, book
         self.scorer = Scorer(book, job)
-        self.ranking = self.scorer.rank(_filter(job, book.policy))
+        self.ranking = ranking(self.scorer, _filter(job, book.policy))
 
     def option(self, pick: Pick, choice: Pick | None = None) -> Option:
         """The ``Option`` a candidate makes: every option the planner shows is made here.
@@ -440,11 +441,11 @@ def _deadline_refusal(p: _Planning) -> str:
 def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
              timing: Callable[[_T], Timing]) -> tuple[datetime, set[Timing]]:
     """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
-    identity (``Timing`` compares so; ``Ranking.fastest`` looks them up).
+    identity (``Timing`` compares so; ``heap.Ranking.fastest`` looks them up).
 
     ``needs``: per timing that may be the fastest, its ``needed`` in hours after ``now`` as floats compute
-    it (``Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within
-    ``rank.need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
+    it (``heap.Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within
+    ``heap.need_tolerance`` of the least are made and their ``needed`` computed exactly (a timedelta divided
     by a float, the slow part of a refusal): the others' cannot be the least, nor tie with it."""
     least = min(need for need, _ in needs)
     cutoff = least + need_tolerance(least, 1 / (1 - safety))

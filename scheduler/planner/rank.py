@@ -1,4 +1,4 @@
-"""Ranking one job's candidates for ``planner.plan``, fast: score groups, not candidates.
+"""Scoring one job's candidates for ``planner.plan``, fast: score groups, not candidates.
 
 A ``plan()`` call builds one ``book.CandidateBook``: its offers and fleet slots
 folded into ``Group``s of candidates that share every number the planner
@@ -7,24 +7,15 @@ slot) and differ only in zone, instance type and stock. For a job, ``Scorer``
 prices each matching group at most once (``perf.figures_for`` once per GPU setup,
 or once per GPU for inference and export, which read nothing else of the setup;
 hours, finish and deadline once per setup x capacity x reclaim rate x start;
-cost and budget once per group), and ``Ranking`` merges the groups' members with
-a heap into the planner's order, lazily: a decision needs the best few only.
+cost and budget once per group), and ``planner.heap`` merges the groups' members
+with a heap into the planner's order, lazily (``heap.Ranking``: a decision needs
+the best few only, and most groups never get a full ``Scored``; its text says how).
 What a candidate costs is ``planner.cost``'s formula; this module only times,
 checks and orders.
 
-Laziness: a bundle of new machines (the groups that share a timing) enters the
-heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
-(``_floor_cents``: no Decimal for a bundle never reached; spot's with its
-reclaims' restarts added), and is timed and priced group by group only when the
-ranking reaches it (``Ranking._expand``); most bundles of most jobs never are.
-What ``rank`` reads of a bundle is read once per call (``CandidateBook.rows``).
-Only the few candidates a decision shows get a full ``Scored`` (new machines for
-a job that avoids nothing rank from their cost alone, ``Scorer._add_entries``).
 A job whose deadline has passed skips the relaxed-filter hints (nothing can be
-on time, ``Scorer.past_deadline``). A refusal at a deadline screens the timings
-by their ``Timing.needed`` worked out in floats (``Ranking.needs``), makes only
-those that may be the fastest, and costs only the cheapest groups of their
-bundles (``Ranking.fastest``).
+on time, ``Scorer.past_deadline``). A refusal at a deadline reads ``Timing.needed``
+only for the timings ``heap.Ranking.needs`` screens in floats.
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
@@ -32,20 +23,19 @@ first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
 faster), warm first, finish, then the candidate's identity (provider,
 region, zone, type, capacity, source, instance, gpu, count, sold out last), then input order
 (offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
-Prefix, book.Tail)``.
+Prefix, book.Tail)``; ``heap.Entry`` and ``heap.Placeholder`` begin with the same
+three fields.
 
 Everything here lives for one ``plan()`` call: no module-level state.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Literal, NamedTuple, final
+from typing import Literal, NamedTuple
 
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
@@ -53,7 +43,7 @@ from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
-from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail, Timed
+from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
 from scheduler.planner.inputs import PlanJob
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
@@ -69,7 +59,6 @@ _on_spot = cost.on_spot
 _td = timedelta
 # Enum members read once: looking one up on its class costs ~0.2 us, and the hot paths below ask often.
 _SPOT = Capacity.spot
-_FEASIBLE, _BLOCKED = Rank.FEASIBLE, Rank.BLOCKED
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +74,8 @@ class Blocker:
 
 # --- the planner's order -------------------------------------------------------------
 
-_new = tuple.__new__  # ``_new(Entry, (...))`` is ``Entry(...)`` without NamedTuple's Python-level ``__new__``:
-# the hot loops below make a heap entry per line of candidates, tens of thousands a call.
+_new = tuple.__new__  # ``_new(Prefix, (...))`` is ``Prefix(...)`` without NamedTuple's Python-level ``__new__``
+# (``planner.heap`` makes its entries the same way: tens of thousands a call).
 
 
 class Prefix(NamedTuple):
@@ -287,37 +276,6 @@ class Scorer:
             if job.spent is not None:
                 self._spent = job.spent.amount * book.rate(job.spent.currency, self._budget.currency)
 
-    def rank(self, f: Filter) -> Ranking:
-        """Every candidate ``f`` lets through, in a heap; most groups get no ``Scored`` (see ``_enter``),
-        and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
-        heap: list[Entry | Placeholder]
-        book = self.book
-        matching, rows, timings = book.rows(f, self._nodes, self._by_gpu)
-        heap = []
-        floor, below = _math_floor, _CENTS_UNDER
-        base, nodes, restart = self._base, self._nodes, self._restart_hours  # read once: this loop runs for every
-        # bundle of every job
-        best = _BLOCKED if self.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-        lazy = not self.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-        for key, hourly, spot_rate, order, bundle in rows:
-            if lazy and hourly is not None:
-                hours: float | Literal[False] | None = base.get(key, False)
-                if hours is False:
-                    hours = self._fit_hours(bundle[0], key)
-                if hours is not None:
-                    if spot_rate:
-                        # At or below spot's expected hours (``cost.on_spot``: the same n x restart_hours, to
-                        # the bit, and lost work only adds): a floor nearer the cost, reached later.
-                        hours = hours + hours * (spot_rate * nodes) * restart
-                    least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
-                    heap.append(_new(Placeholder, (best, least, (), order, bundle)))
-                    continue
-            t = self.timing(bundle[0])
-            for g in bundle:
-                self._enter(g, t, heap)
-        heapq.heapify(heap)
-        return Ranking(self, matching, timings, heap)
-
     def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
         s = self._scored.get(g.index)
@@ -326,7 +284,8 @@ class Scorer:
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
-        """``rank(f).first()`` when that is feasible or only waits on stock, else None, scoring fewer groups."""
+        """``heap.ranking(self, f).first()`` when that is feasible or only waits on stock, else None, scoring
+        fewer groups."""
         if self.past_deadline:
             return None  # no need to estimate what the relaxed filter adds
         heads: list[tuple[SortKey, Pick]] = []
@@ -392,7 +351,7 @@ class Scorer:
 
     def spot_need_hours(self, g: Group, base: float, start: float, stretch: float) -> float:
         """For a job with a deadline, on spot: ``g``'s timing's ``Timing.needed``, in hours after now, as
-        floats compute it (within ``need_tolerance``), without making the ``Timing``: the later of the
+        floats compute it (within ``heap.need_tolerance``), without making the ``Timing``: the later of the
         finish stretched by the safety margin and the bad case. ``base``: the estimate's hours (it fits);
         ``start``: hours after now; ``stretch``: 1 / (1 - deadline_safety). By ``_time``'s arithmetic."""
         est = self._estimates[g.est_keys[self._by_gpu]]
@@ -439,63 +398,6 @@ class Scorer:
         return Timing(g.capacity, blocker, 0.0, 0.0, _ZERO_HOURS, start, start, None, None,
                       est.physical_batch if isinstance(est, Figures) else None)
 
-    def _enter(self, g: Group, t: Timing, heap: list[Entry | Placeholder]) -> None:
-        """Add an ``Entry`` per line of ``g``'s candidates to ``heap``.
-
-        The hot loop of planning. A new machine for a job that avoids nothing (nearly every group) needs
-        only its cost and the rank ``Scored._runs`` would give it; a ``Scored`` is made later for the few
-        candidates a decision shows. Fleet slots and avoiding jobs score in full.
-        """
-        s = self._scored.get(g.index)
-        if s is None and g.slot is None and not self.job.avoid:
-            self._add_entries(heap, (g,), t)
-            return
-        s = s or self.scored(g, t)
-        for r, line in s.runs:
-            heap.append(_new(Entry, (r, s.prefix, line.members[0].tail, 0, line, g, t)))
-
-    def _add_entries(self, out: list[Entry] | list[Entry | Placeholder], groups: Sequence[Group],
-                     t: Timing) -> None:
-        """The heap entries of new machines for a job that avoids nothing, ``groups`` sharing ``t``: the
-        rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
-        for a bundle, as this runs for every group a ranking reaches."""
-        blocked, late, budget = t.est_blocker is not None, t.late is not None, self._budget
-        hours, nodes, finish = t.hours_dec, self._nodes, t.finish
-        expected_cost = cost.expected_cost
-        for g in groups:
-            hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
-            c = expected_cost(hourly.amount, hours)
-            if blocked:
-                runs = g.runs.cannot_run
-            elif late or (budget is not None and self._budget_total(c) > budget.amount):
-                runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
-            else:
-                runs = g.runs.open
-            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                                   g.region))  # as _score's
-            for r, line in runs:
-                out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
-
-    def _add_cheapest_late(self, out: list[Entry], groups: Sequence[Group], t: Timing) -> None:
-        """The entries ``_add_entries`` would add for the groups of a bundle that can hold its best
-        candidate, when its timing ``t`` is late: then every line of it is BLOCKED whatever it costs, and
-        ``groups`` (a bundle, sorted by price) have costs that never fall, so only the groups at the
-        first one's cost can come first (the rest of the key breaks ties among them). A refusal past the
-        deadline looks for the fastest option this way without costing every group of its bundle."""
-        hours, nodes, finish = t.hours_dec, self._nodes, t.finish
-        expected_cost, cheapest = cost.expected_cost, None
-        for g in groups:
-            hourly = g.hourly.get(nodes) or self.book.hourly(g, nodes)
-            c = expected_cost(hourly.amount, hours)
-            if cheapest is None:
-                cheapest = c
-            elif c > cheapest:
-                break
-            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                                   g.region))  # as _score's
-            for r, line in g.runs.blocked:
-                out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
-
     def _cost(self, g: Group, t: Timing) -> Decimal:
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
         return cost.expected_cost(hourly.amount, t.hours_dec)
@@ -540,249 +442,6 @@ class Scorer:
 def _unsized(exc: UserError) -> str:
     """What an estimate that failed says: an unknown GPU, or a job file the model cannot size."""
     return str(exc).replace("\n  fix:", ":")
-
-
-# --- the heap ------------------------------------------------------------------------
-
-
-class Entry(NamedTuple):
-    """A line of candidates in a ranking's heap, keyed by its member at ``pos`` (a ``SortKey``, then
-    ``pos``). Members' tails differ, so two entries never tie on the key, and neither does an entry and
-    a ``Placeholder``; the fields after ``pos`` are never compared."""
-
-    rank: Rank
-    prefix: Prefix
-    tail: Tail  # of the member at ``pos``
-    pos: int  # into the list walked (``Line.members``, or ``Line.firsts`` for runners-up); 0 in the heap
-    line: Line
-    group: Group
-    timing: Timing
-
-
-# A placeholder's prefix, (not_reserved, cents): True (new machines) and a whole number of cents at or below
-# the cheapest group's cost on the estimate's hours, which reclaims only add to (``_floor_cents``). No
-# candidate of its bundle sorts before it: at an equal number of cents it still sorts first, as a tuple
-# sorts before the longer ones it begins. (A plain tuple: nothing reads its fields, and the heap gets one
-# per bundle.)
-Floor = tuple[bool, int]
-
-
-def _floor_cents(hourly: float, hours: float) -> int:
-    """Cents at or below ``cost.expected_cost`` of a price and hours, from their floats, without a Decimal.
-
-    The exact cost is the price x ``Decimal(repr(hours))`` rounded to the cent, at or above the whole cents
-    below the product. ``hourly`` and ``hours`` are the floats nearest those, so the float product (x 100) is
-    within 1e-15 of the exact one, relatively: 1e-12 less is below it, and so are its whole cents. A
-    placeholder only needs a lower bound (it is expanded a little early at worst), and most never are."""
-    return _math_floor(hourly * hours * _CENTS_UNDER)
-
-
-_CENTS_UNDER = 100.0 * (1 - 1e-12)  # x 100 (cents), less 1e-12 (``_floor_cents``)
-_math_floor = math.floor
-
-
-@final  # never subclassed: ``type(x) is Placeholder`` tells it from an ``Entry`` (and lets mypy narrow both ways)
-class Placeholder(NamedTuple):
-    """A bundle of new machines (groups sharing a timing) for one job, not timed nor costed until the ranking
-    reaches it (``Ranking._expand``): most decisions show a few cheap bundles, and never read the others'
-    numbers.
-
-    It sorts before every candidate of its bundle: the rank they can have at best and whole cents at or below
-    the cheapest group's cost (``CandidateBook.matching`` sorts a bundle by price) on the estimate's hours,
-    which reclaims only add to (``_floor_cents``); each step of ``cost.expected_cost`` keeps that order. A
-    floor below a candidate's cost only expands the bundle earlier: the order of candidates is the same. Its
-    order is negative, below every ``Entry.pos``, and distinct per placeholder, so keys never tie and
-    ``bundle`` is never compared.
-    """
-
-    rank: Rank  # the best its candidates can have: FEASIBLE, or BLOCKED once the deadline has passed
-    prefix: Floor
-    tail: tuple[()]
-    order: int  # -1 - the bundle's first group's index
-    bundle: list[Group]
-
-
-class Ranking:
-    """The candidates one filter lets through, best first; a group is scored in full when a caller needs it.
-
-    The heap holds an ``Entry`` per line of candidates, and a ``Placeholder`` per bundle not reached yet.
-    Nothing here refers back to the ranking: no reference cycles for the collector to find.
-    """
-
-    __slots__ = ("scorer", "_matching", "_timed", "_bundles", "_heap", "_expanded")  # one a job
-
-    def __init__(self, scorer: Scorer, matching: list[list[Group]], timings: list[Timed],
-                 heap: list[Entry | Placeholder]) -> None:
-        self.scorer = scorer
-        self._matching, self._timed = matching, timings  # the bundles; by timing (``CandidateBook.rows``)
-        self._bundles: list[tuple[Timing, list[Group]]] | None = None
-        self._heap = heap  # heapified
-        self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
-
-    def _expand(self, p: Placeholder) -> list[Entry]:
-        """A placeholder's candidates: its bundle timed, and its groups' heap entries (made once)."""
-        entries = self._expanded.get(p.order)
-        if entries is None:
-            entries = self._expanded[p.order] = []
-            sc = self.scorer
-            sc._add_entries(entries, p.bundle, sc.timing(p.bundle[0]))
-        return entries
-
-    def _settle(self, heap: list[Entry | Placeholder]) -> None:
-        """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
-        while heap and type(top := heap[0]) is Placeholder:
-            heapq.heappop(heap)  # returns top
-            for entry in self._expand(top):
-                heapq.heappush(heap, entry)
-
-    @property
-    def bundles(self) -> list[tuple[Timing, list[Group]]]:
-        """Per timing: the groups that share it (every bundle timed)."""
-        if self._bundles is None:
-            timing, timings, by_gpu = self.scorer.timing, self.scorer._timings, self.scorer._by_gpu
-            self._bundles = [(timings.get(groups[0].timing_keys[by_gpu]) or timing(groups[0]), groups)
-                             for groups in self._matching]
-        return self._bundles
-
-    def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
-        """For a job with a deadline, per timing it can run on that may be the fastest: its ``Timing.needed``
-        in hours after now as floats compute it, and a group that has it (``plan._soonest`` makes those
-        within ``need_tolerance`` of the least). ``boot``: a new machine's hours to start; ``stretch``:
-        1 / (1 - deadline_safety).
-
-        Off spot, the finish is the start plus the estimate's hours, stretched. On spot, interruptions only
-        add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
-        the same stretched (its setup's off spot) and the start plus the hours plus ``restart_hours``: a spot
-        timing whose bound is past what the others allow is left out without working out its interruptions."""
-        sc = self.scorer
-        base_of, restart = sc._base, sc._restart_hours
-        out: list[tuple[float, Group]] = []
-        spot: list[tuple[float, float, float, Group]] = []
-        least = math.inf
-        for row, _ in self._timed:
-            g = row.bundle[0]
-            base = base_of.get(row.est_key, False)
-            if base is False:
-                base = sc._fit_hours(g, row.est_key)
-            if base is None:
-                continue  # the job cannot run there
-            start = boot if g.not_warm else 0.0  # as _time's
-            if g.capacity is _SPOT:
-                spot.append((max((start + base) * stretch, start + (base + restart)), base, start, g))
-            else:
-                need = (start + base) * stretch
-                out.append((need, g))
-                if need < least:
-                    least = need
-        cutoff = least + need_tolerance(least, stretch)
-        for bound, base, start, g in spot:
-            if bound <= cutoff:
-                out.append((sc.spot_need_hours(g, base, start, stretch), g))
-        return out
-
-    @property
-    def scored(self) -> list[Scored]:
-        """Every group, scored in full."""
-        return [self.scorer.scored(g, t) for t, groups in self.bundles for g in groups]
-
-    def _walk(self) -> list[Entry | Placeholder]:
-        """A copy of the heap to walk, a candidate on top."""
-        self._settle(self._heap)  # the same candidates: placeholders at the top expanded for every walk
-        return self._heap[:]
-
-    def picks(self) -> Iterator[Pick]:
-        """Every candidate, best first (a fresh iteration each call)."""
-        heap, sc = self._walk(), self.scorer
-        while heap:
-            # _walk, then _settle, leave a line on top (no ``cast``: a call each candidate walked)
-            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
-            ms = line.members
-            yield _new(Pick, (sc.scored(g, t, prefix), ms[i], r))
-            i += 1
-            if i < len(ms):
-                heapq.heapreplace(heap, _new(Entry, (r, prefix, ms[i].tail, i, line, g, t)))
-            else:
-                heapq.heappop(heap)
-            self._settle(heap)
-
-    def distinct(self, seen: set[int], limit: int) -> list[Pick]:
-        """The best ``limit`` candidates, skipping any whose ``Member.shape`` is in ``seen``; adds theirs.
-        (The runners-up: one per cloud, region, type and capacity, as other zones of a type add nothing.)
-
-        Only the first member of each shape in a line can come out (the others' shape is seen by
-        then), so the walk takes ``Line.firsts``.
-        """
-        if limit <= 0:
-            return []
-        heap, out, sc = self._walk(), [], self.scorer
-        while heap:
-            # _walk, then _settle below, leave a line on top (no ``cast``: a call each candidate walked)
-            r, prefix, _, i, line, g, t = heap[0]  # type: ignore[misc]
-            ms = line.firsts
-            if ms[i].shape not in seen:
-                seen.add(ms[i].shape)
-                out.append(_new(Pick, (sc.scored(g, t, prefix), ms[i], r)))
-                if len(out) == limit:
-                    break
-            i += 1
-            while i < len(ms) and ms[i].shape in seen:  # its shape came out of another line
-                i += 1
-            if i < len(ms):
-                heapq.heapreplace(heap, _new(Entry, (r, prefix, ms[i].tail, i, line, g, t)))
-            else:
-                heapq.heappop(heap)
-            if heap and type(heap[0]) is Placeholder:
-                self._settle(heap)
-        return out
-
-    def fastest(self, fastest: set[Timing]) -> tuple[Group, Member, Timing]:
-        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``): its
-        group, member and timing.
-
-        Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
-        best is among each bundle's cheapest groups (``Scorer._add_cheapest_late``). Bundles are taken by
-        a floor of their cost (``_floor_cents`` of the timing's hours), cheapest first, and only while that
-        floor is not past the best found, so most are never costed."""
-        sc = self.scorer
-        timings, nodes, hourly_f, by_gpu = sc._timings, sc._nodes, sc.book.hourly_f, sc._by_gpu
-        floors: list[tuple[bool, int, int, list[Group], Timing]] = []
-        for row, bundles in self._timed:
-            t = timings.get(row.bundle[0].timing_keys[by_gpu])
-            if t is not None and t in fastest:
-                assert t.late is not None and t.est_blocker is None
-                for bundle in bundles:
-                    g = bundle[0]
-                    floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
-                                   bundle, t))
-        floors.sort()  # (a group's index is its own: nothing after it is compared)
-        top: Entry | None = None
-        found: list[Entry] = []
-        for not_reserved, cents, _, bundle, t in floors:
-            if top is not None and (not_reserved, cents) > top.prefix[:2]:
-                break  # its candidates, and those of the bundles after it, sort after the best found
-            found.clear()
-            sc._add_cheapest_late(found, bundle, t)
-            head = min(found)
-            if top is None or head < top:
-                top = head
-        assert top is not None  # a refusal reads only which it is (no ``Scored``)
-        return top.group, top.line.members[0], top.timing
-
-    def first(self) -> Pick | None:
-        self._settle(self._heap)
-        if not self._heap:
-            return None
-        r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
-        return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
-
-
-def need_tolerance(hours: float, stretch: float) -> float:
-    """How far a float ``needed`` (``Ranking.needs``, hours after now) may be from ``Timing.needed``, twice
-    over, with room to spare; ``stretch``: 1 / (1 - deadline_safety). ``needed`` rounds to the microsecond
-    (2.8e-10 h) where it starts, finishes and after the division by 1 - safety, which stretches the error
-    before it; the floats err by a few parts in 1e16. The bound here is 36 microseconds x (1 + stretch),
-    plus a part in 1e12 (``test_fast_paths`` finds the errors under a tenth of it)."""
-    return 1e-8 * (1 + stretch) + 1e-12 * abs(hours)
 
 
 def fmt_hours(delta: timedelta) -> str:

@@ -1,9 +1,9 @@
 """The shortcuts the planner's speed rests on give what the slow forms give (issue 17).
 
-``rank._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
+``heap._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
 above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
 ``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``,
-making only the timings whose float estimate (``Ranking.needs``) is near the least, must find the
+making only the timings whose float estimate (``heap.Ranking.needs``) is near the least, must find the
 soonest deadline computing every ``Timing.needed`` finds.
 """
 
@@ -17,9 +17,10 @@ from zoneinfo import ZoneInfo
 from scheduler.models import Capacity
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
+from scheduler.planner.heap import _floor_cents, need_tolerance
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
 from scheduler.planner.plan import _Planning, _soonest, plan
-from scheduler.planner.rank import Timing, _floor_cents, need_tolerance
+from scheduler.planner.rank import Timing
 from scheduler.simulation.trace_file import load_trace
 from tests.planner.golden import STRESS, market
 from tests.planner.test_planner import make_job, make_offer
@@ -50,7 +51,7 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
 
 
 def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
-    """``Scorer.rank`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
+    """``heap.ranking`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
     never be above ``cost.on_spot``'s expected hours, in floats (then its floor is never above the cost)."""
     rng = random.Random(9)
     for _ in range(50_000):
@@ -104,7 +105,7 @@ def test_decisions_are_the_same_whatever_zone_the_deadlines_are_given_in() -> No
 
 def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
     """``plan._soonest`` makes and computes ``needed`` only for timings whose float estimate is near the
-    least: with estimates as far off as ``rank.need_tolerance`` allows, it finds what computing every one finds,
+    least: with estimates as far off as ``heap.need_tolerance`` allows, it finds what computing every one finds,
     ties included."""
     rng = random.Random(5)
     now = datetime(2026, 12, 1, 8, 0, tzinfo=timezone(timedelta(hours=8)))
@@ -139,7 +140,7 @@ def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
 
 
 def test_a_timings_float_need_is_well_within_the_tolerance() -> None:
-    """``Ranking.needs`` is ``Timing.needed`` to within half ``rank.need_tolerance`` (and far less),
+    """``Ranking.needs`` is ``Timing.needed`` to within half ``heap.need_tolerance`` (and far less),
     for stress-trace jobs past and before their deadlines, new and warm machines, spot and on-demand."""
     entries = load_trace(STRESS)[:300]
     offers = market(400)

@@ -599,7 +599,7 @@ def test_same_inputs_in_any_order_give_the_same_plan(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_lazy_ranking_is_the_order_of_every_candidate_scored_in_full(seed: int) -> None:
-    # planner.rank ranks most groups from a cost and a rank alone and scores only what a decision
+    # planner.heap ranks most groups from a cost and a rank alone and scores only what a decision
     # shows; the order must be the one full scores give (rank, prefix, member), candidate by candidate.
     from scheduler.planner.book import CandidateBook
     from scheduler.planner.plan import _canonical_fleet, _Planning
