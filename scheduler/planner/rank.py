@@ -307,16 +307,8 @@ class Scorer:
         return self._fit_hours(g, key) if got is False else got
 
     def _fit_hours(self, g: Group, key: int) -> float | None:
-        """``_base_hours`` not read yet (``key``: ``g``'s est key). Nearly every estimate is first asked for
-        here, so ``_estimate``'s work is inlined: a call less for each."""
-        est = self._estimates.get(key)
-        if est is None:
-            figures = self._figures or self._figures_for()
-            try:
-                est = figures(g.gpu, g.gpu_count, g.vcpus)
-            except UserError as exc:
-                est = _unsized(exc)
-            self._estimates[key] = est
+        """``_base_hours`` not read yet (``key``: ``g``'s est key)."""
+        est = self._estimates.get(key) or self._estimate(g, key)
         fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
         got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
