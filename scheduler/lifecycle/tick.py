@@ -242,7 +242,10 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
     by_id = {j.id: j for j in jobs}  # not a scan of the queue per decision: quadratic in a long queue
     for d in decisions:
         try:
-            _act(ctx, now, _best_effort(ctx, d, by_id[d.job_id], offers, now, measured, budgets), report)
+            # A job refused by its deadline runs on on-demand where that can still help.
+            d = fall_back(d, by_id[d.job_id], offers, now, ctx.planner_policy(), measured=measured,
+                          team_budgets=budgets, market=ctx.market)
+            _act(ctx, now, d, report)
         except Exception as exc:  # noqa: BLE001 - SimulatedCrash is a BaseException and still goes through
             set_aside(ctx, now, report, d.job_id, f"its plan could not be carried out ({describe(exc)})",
                       fail=False, exc=exc)
@@ -293,13 +296,6 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
         else:
             out.append(job.model_copy(update={"spec": job.spec.with_capacity(call)}))
     return out
-
-
-def _best_effort(ctx: TickContext, d: Decision, job: PlanJob, offers: list, now: datetime,
-                 measured: dict, budgets: dict[str, TeamBudget] | None = None) -> Decision:
-    """A job refused by its deadline runs on on-demand where that can still help (``planner.fallback``)."""
-    return fall_back(d, job, offers, now, ctx.planner_policy(), measured=measured, team_budgets=budgets,
-                     market=ctx.market)
 
 
 def _with_override(ctx: TickContext, job_id: str, spec: JobSpec) -> JobSpec:

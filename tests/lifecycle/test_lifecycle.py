@@ -500,7 +500,7 @@ def test_only_losses_in_a_row_without_progress_spend_max_restarts(store, sim_clo
 
 
 def test_a_job_past_its_deadline_after_a_reclaim_is_finished_on_on_demand_not_refused(store, sim_clock):
-    # Two refusals in one tick: the job that has run keeps its epochs on on-demand (``tick._best_effort``),
+    # Two refusals in one tick: the job that has run keeps its epochs on on-demand (``planner.fallback``),
     # the one that never ran is refused; each decision is matched to its own job.
     w = World(store, sim_clock)
     job_id = w.submit(job_spec(capacity="spot", deadline="24h"))

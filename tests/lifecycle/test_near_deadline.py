@@ -1,6 +1,6 @@
 """Where a deadline is near, the tick and the steering rule follow the planner's safety margin.
 
-A job that already ran and is refused by its deadline is finished on on-demand (``tick._best_effort``); a job
+A job that already ran and is refused by its deadline is finished on on-demand (``planner.fallback``); a job
 that never ran and is on time only inside the margin runs at risk on on-demand.
 
 Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c retrain, twice reclaimed,
@@ -23,13 +23,11 @@ import pytest
 
 from providers.catalog import load_catalog
 from scheduler.jobs.jobfile import parse_job
-from scheduler.lifecycle.context import TickContext
 from scheduler.lifecycle.steering import _planner_takes_spot
-from scheduler.lifecycle.tick import _best_effort
 from scheduler.money import Money
+from scheduler.planner.fallback import fall_back
 from scheduler.planner.inputs import PlanJob, PlannerPolicy, TeamBudget
 from scheduler.planner.plan import plan
-from scheduler.settings import Settings
 from tests.lifecycle.test_lifecycle import World, job_spec
 
 NOW = datetime(2026, 11, 4, 5, tzinfo=timezone.utc)
@@ -49,10 +47,6 @@ def job_file(gpus: list[str], capacity: str):
 SPEC = job_file(["V100", "L4"], "auto")
 
 
-def ctx() -> TickContext:
-    return TickContext(store=None, providers={}, clock=None, settings=Settings(_env_file=None))  # type: ignore[arg-type]
-
-
 def on_demand_hours(gpu: str, epochs_done: int = 4) -> float:
     """The planner's own estimate of the job's remaining run on one GPU, on on-demand."""
     job = PlanJob(id="probe", spec=job_file([gpu], "on-demand"), submitted_at=NOW, deadline_at=None,
@@ -70,7 +64,7 @@ def job_due_in(hours: float) -> PlanJob:
 def best_effort(job: PlanJob):
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert refused.action == "refuse"
-    return _best_effort(ctx(), refused, job, OFFERS, NOW, {})
+    return fall_back(refused, job, OFFERS, NOW, PlannerPolicy())
 
 
 def test_the_setup_has_a_fast_dear_run_and_a_slow_cheap_one() -> None:
@@ -104,7 +98,7 @@ def test_a_job_that_never_ran_runs_at_risk_inside_the_margin() -> None:
     job = new_job_due_in(v100 / 0.95).model_copy(update={"epochs_done": 0, "preemptions": 0})
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert refused.action == "refuse"
-    d = _best_effort(ctx(), refused, job, OFFERS, NOW, {})
+    d = fall_back(refused, job, OFFERS, NOW, PlannerPolicy())
     assert d.action == "launch" and d.choice is not None
     assert (d.choice.gpu, d.choice.capacity.value) == ("V100", "on-demand")
     assert d.choice.finish_by <= NOW + timedelta(hours=v100 / 0.95)
@@ -114,7 +108,7 @@ def test_a_job_that_never_ran_runs_at_risk_inside_the_margin() -> None:
 def test_a_job_that_never_ran_is_refused_when_no_run_is_on_time() -> None:
     job = new_job_due_in(on_demand_hours("V100", epochs_done=0) * 0.9)
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
-    assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
+    assert fall_back(refused, job, OFFERS, NOW, PlannerPolicy()) is refused
 
 
 def test_a_new_job_that_asked_for_spot_only_is_not_put_on_on_demand() -> None:
@@ -122,16 +116,15 @@ def test_a_new_job_that_asked_for_spot_only_is_not_put_on_on_demand() -> None:
     job = job.model_copy(update={"spec": job_file(["V100", "L4"], "spot")})
     [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy())
     assert refused.action == "refuse"
-    assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}) is refused
+    assert fall_back(refused, job, OFFERS, NOW, PlannerPolicy()) is refused
 
 
 def test_the_baselines_refuse_a_job_that_never_ran_inside_the_margin() -> None:
     job = new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)
-    baseline = TickContext(store=None, providers={}, clock=None,  # type: ignore[arg-type]
-                           settings=Settings(_env_file=None), policy=PlannerPolicy(strategy="on-demand"))
-    [refused] = plan([job], OFFERS, [], NOW, baseline.planner_policy())
+    baseline = PlannerPolicy(strategy="on-demand")
+    [refused] = plan([job], OFFERS, [], NOW, baseline)
     assert refused.action == "refuse"
-    assert _best_effort(baseline, refused, job, OFFERS, NOW, {}) is refused
+    assert fall_back(refused, job, OFFERS, NOW, baseline) is refused
 
 
 def test_a_job_refused_for_its_team_budget_stays_refused() -> None:
@@ -141,7 +134,7 @@ def test_a_job_refused_for_its_team_budget_stays_refused() -> None:
                 new_job_due_in(on_demand_hours("V100", epochs_done=0) / 0.95)):  # new, inside the margin
         [refused] = plan([job], OFFERS, [], NOW, PlannerPolicy(), team_budgets=budgets)
         assert refused.action == "refuse"
-        assert _best_effort(ctx(), refused, job, OFFERS, NOW, {}, budgets) is refused
+        assert fall_back(refused, job, OFFERS, NOW, PlannerPolicy(), team_budgets=budgets) is refused
 
 
 # --- the steering rule moves a job to spot only where the planner would place it there -----------------
