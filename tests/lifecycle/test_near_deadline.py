@@ -7,7 +7,8 @@ Issue 17 (diagnosis months tight-deadlines 41, heavy-inference 41): a yolov9-c r
 was refused because its fastest on-demand run (a V100) finished inside the 10% safety margin; with the
 deadline dropped, the cheapest on-demand run (an L4, 30% slower) was taken and finished 5.7 h late,
 while the V100 run would have been on time. The margin guards a plan that has time to spare; a job
-with none left takes the cheapest run that is still on time, and only when there is none, the cheapest.
+with none left takes the cheapest run that is still on time, and when there is none, the run that
+finishes soonest (or the cheapest within the margin's share of the time to that finish).
 
 The steering rule weighs slack without that margin: it moved such a job, on on-demand with 2 h to
 spare, to spot, and the planner put it straight back on on-demand (a boot and half an epoch lost).
@@ -81,12 +82,40 @@ def test_inside_the_safety_margin_the_on_time_run_is_taken_not_the_cheapest() ->
     assert d.reason.startswith("the deadline leaves no safety margin (")
 
 
-def test_past_any_on_time_run_the_cheapest_on_demand_run_finishes_it() -> None:
+def test_past_any_on_time_run_the_run_that_finishes_soonest_is_taken() -> None:
+    """Issue 17 (tight-deadlines, 32): a retrain 3 minutes late on an A100 was finished on a V100, the
+    cheapest run, 3 h late. The L4 here is cheaper but finishes 15 h after the V100."""
     v100 = on_demand_hours("V100")
     d = best_effort(job_due_in(v100 * 0.9))  # even the fastest run is late
     assert d.action == "launch" and d.choice is not None
-    assert (d.choice.gpu, d.choice.capacity.value) == ("L4", "on-demand")
+    assert (d.choice.gpu, d.choice.capacity.value) == ("V100", "on-demand")
     assert d.reason.startswith("the deadline can no longer be met (")
+    assert "as soon as possible" in d.reason
+
+
+def test_past_any_on_time_run_the_cheapest_run_within_the_margin_of_the_soonest_is_taken() -> None:
+    """With a margin wide enough that the L4 finishes within its share of the time to the V100's
+    finish, the cheaper L4 is taken: a dearer run is bought only for a finish that much sooner."""
+    v100, l4 = on_demand_hours("V100"), on_demand_hours("L4")
+    wide = PlannerPolicy(deadline_safety=0.9)
+    assert l4 < v100 * 1.9  # inside 90% of the time to the soonest finish
+    job = job_due_in(v100 * 0.9)
+    [refused] = plan([job], OFFERS, [], NOW, wide)
+    assert refused.action == "refuse"
+    d = fall_back(refused, job, OFFERS, NOW, wide)
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.gpu, d.choice.capacity.value) == ("L4", "on-demand")
+
+
+def test_the_baselines_finish_a_late_job_on_the_cheapest_run() -> None:
+    job = job_due_in(on_demand_hours("V100") * 0.9)
+    baseline = PlannerPolicy(strategy="on-demand")
+    [refused] = plan([job], OFFERS, [], NOW, baseline)
+    assert refused.action == "refuse"
+    d = fall_back(refused, job, OFFERS, NOW, baseline)
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.gpu, d.choice.capacity.value) == ("L4", "on-demand")
+    assert "finishing on the cheapest run" in d.reason
 
 
 def new_job_due_in(hours: float) -> PlanJob:
