@@ -33,9 +33,10 @@ def fall_back(d: Decision, job: PlanJob, offers: Sequence[Offer], now: datetime,
     meets the deadline, on on-demand, keeping its epochs; a new job is refused with the deadline to ask
     for. Ours takes the run that finishes soonest, or the cheapest of those that finish within the safety
     margin's share of the time to it (``_soonest_late``): the cheapest run of all can finish hours after
-    a dearer one (a V100 run done 3 h late where an A100 run was 3 minutes late, issue 17). The margin and soonest steps are ours only: the simulator's baselines stand
-    for tools that know no margin to give up, and keep the plain fall-back (the cheapest run) for a job
-    that ran. Each step plans with ``team_budgets``, so a job refused for its team's money stays refused.
+    a dearer one (a V100 run done 3 h late where an A100 run was 3 minutes late, issue 17). The margin
+    and soonest steps are ours only: the simulator's baselines stand for tools that know no margin to give
+    up, and keep the plain fall-back (the cheapest run) for a job that ran. Each step plans with
+    ``team_budgets``, so a job refused for its team's money stays refused.
     """
     if d.action != "refuse" or job.deadline_at is None:
         return d
