@@ -90,38 +90,102 @@ def pooled(verdicts: Iterable[Verdict]) -> Verdict:
 def verdicts(s: Session, now: datetime, window: timedelta, restart_hours: float) -> dict[Kind, Verdict]:
     """``judge`` for every kind over the store's last ``LOOKBACK``: its idle intervals and attempts."""
     since = now - LOOKBACK
-    starts: dict[Kind, list[datetime]] = defaultdict(list)
-    for provider, region, instance_type, capacity, start in s.execute(
-        select(UsageIntervalRow.provider, UsageIntervalRow.region, UsageIntervalRow.instance_type,
-               UsageIntervalRow.capacity, UsageIntervalRow.start)
-        .join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id)
-        .where(UsageIntervalRow.kind == "idle", UsageIntervalRow.start >= since, InstanceRow.reserved.is_(False))
-    ):
-        if start + window <= now:  # an idle start seen now has no future yet: judge those a window old
-            starts[(provider, region, instance_type, capacity)].append(start)
-    launches: dict[Kind, list[datetime]] = defaultdict(list)
-    for provider, region, instance_type, capacity, created in s.execute(
-        select(AttemptRow.provider, AttemptRow.region, AttemptRow.instance_type, AttemptRow.capacity,
-               AttemptRow.created_at).where(AttemptRow.created_at >= since)
-    ):
-        launches[(provider, region, instance_type, capacity)].append(created)
-    return {kind: judge(ts, sorted(launches.get(kind, ())), window, restart_hours) for kind, ts in starts.items()}
+    history = _History()
+    history.add(s.execute(_idle_starts().where(UsageIntervalRow.start >= since)),
+                s.execute(_launches().where(AttemptRow.created_at >= since)))
+    return history.verdicts(now, window, restart_hours)
+
+
+def _idle_starts():
+    return (select(UsageIntervalRow.id, UsageIntervalRow.provider, UsageIntervalRow.region,
+                   UsageIntervalRow.instance_type, UsageIntervalRow.capacity, UsageIntervalRow.start)
+            .join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id)
+            .where(UsageIntervalRow.kind == "idle", InstanceRow.reserved.is_(False)))
+
+
+def _launches():
+    return select(AttemptRow.id, AttemptRow.provider, AttemptRow.region, AttemptRow.instance_type,
+                  AttemptRow.capacity, AttemptRow.created_at)
+
+
+class _History:
+    """Idle starts and launches per kind, in any order; ``verdicts`` judges those of the last ``LOOKBACK``."""
+
+    def __init__(self) -> None:
+        self.starts: dict[Kind, list[datetime]] = defaultdict(list)
+        self.launches: dict[Kind, list[datetime]] = defaultdict(list)
+        self.last_start_id = self.last_launch_id = 0
+
+    def add(self, starts: Iterable, launches: Iterable) -> None:
+        for row_id, provider, region, instance_type, capacity, start in starts:
+            self.starts[(provider, region, instance_type, capacity)].append(start)
+            self.last_start_id = max(self.last_start_id, row_id)
+        for row_id, provider, region, instance_type, capacity, created in launches:
+            self.launches[(provider, region, instance_type, capacity)].append(created)
+            self.last_launch_id = max(self.last_launch_id, row_id)
+
+    def forget_before(self, since: datetime) -> None:
+        for table in (self.starts, self.launches):
+            for kind in list(table):
+                kept = [t for t in table[kind] if t >= since]
+                if kept:
+                    table[kind] = kept
+                else:
+                    del table[kind]
+
+    def verdicts(self, now: datetime, window: timedelta, restart_hours: float) -> dict[Kind, Verdict]:
+        since = now - LOOKBACK
+        out: dict[Kind, Verdict] = {}
+        # In one order whatever the order read (kinds, and starts within a kind), so that float sums agree
+        # between a full read and the memo's additions.
+        for kind in sorted(self.starts):
+            # An idle start seen now has no future yet: judge those a window old.
+            starts = sorted(t for t in self.starts[kind] if since <= t and t + window <= now)
+            if starts:
+                launches = sorted(t for t in self.launches.get(kind, ()) if t >= since)
+                out[kind] = judge(starts, launches, window, restart_hours)
+        return out
 
 
 class WarmMemo:
-    """Every kind's verdict for one warm window, reused for ``REFRESH``: the reaper asks every tick."""
+    """Every kind's verdict for one warm window, reused for ``REFRESH``: the reaper asks every tick.
+
+    On SQLite (one writer at a time: a row committed later always has a higher id) a refresh reads only
+    the idle intervals and attempts added since the last one, and keeps the last ``LOOKBACK`` of them here:
+    the same verdicts as ``verdicts`` over the store (``test_idle_window`` compares the two), without
+    reading a week of a busy fleet's history again every ten minutes. PostgreSQL writers may commit ids
+    out of order, and a clock that went back needs what was forgotten: those read it all again."""
 
     def __init__(self) -> None:
         self._at: dict[timedelta, datetime] = {}
         self._verdicts: dict[timedelta, dict[Kind, Verdict]] = {}
+        self._history: _History | None = None
+        self._read_at: datetime | None = None
 
     def get(self, s: Session, kind: Kind, now: datetime, window: timedelta, restart_hours: float) -> Verdict:
         at = self._at.get(window)
         if at is None or not timedelta(0) <= now - at < REFRESH:
-            self._verdicts[window] = verdicts(s, now, window, restart_hours)
+            self._verdicts[window] = self._refreshed(s, now, window, restart_hours)
             self._at[window] = now
         known = self._verdicts[window]
         own = known.get(kind)
         if own is not None and own.idle_starts >= MIN_SAMPLES:
             return own
         return pooled(known.values())
+
+    def _refreshed(self, s: Session, now: datetime, window: timedelta, restart_hours: float) -> dict[Kind, Verdict]:
+        if s.get_bind().dialect.name != "sqlite":
+            return verdicts(s, now, window, restart_hours)
+        since = now - LOOKBACK
+        h = self._history
+        if h is None or self._read_at is None or now < self._read_at:
+            h = self._history = _History()
+            h.add(s.execute(_idle_starts().where(UsageIntervalRow.start >= since)),
+                  s.execute(_launches().where(AttemptRow.created_at >= since)))
+        else:
+            h.add(s.execute(_idle_starts().where(UsageIntervalRow.id > h.last_start_id,
+                                                 UsageIntervalRow.start >= since)),
+                  s.execute(_launches().where(AttemptRow.id > h.last_launch_id, AttemptRow.created_at >= since)))
+            h.forget_before(since)
+        self._read_at = now
+        return h.verdicts(now, window, restart_hours)

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from scheduler.errors import GpuschedError
 from scheduler.lifecycle.context import TickContext, TickReport
 from scheduler.lifecycle.transitions import set_job
-from scheduler.states import JOB_TERMINAL, JobState
+from scheduler.states import JOB_OPEN, JOB_TERMINAL, JobState
 from scheduler.store.database import add_event
 from scheduler.store.tables import JobRow
 
@@ -60,7 +60,7 @@ def screen_stored_specs(ctx: TickContext, now: datetime, report: TickReport) -> 
     Each job's spec is validated once (``ctx.spec_of`` keeps it), so a tick reads only new jobs' specs.
     """
     with ctx.store.session(write=False) as s:
-        live = s.scalars(select(JobRow.id).where(JobRow.state.not_in([x.value for x in JOB_TERMINAL]))).all()
+        live = s.scalars(select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))).all()
         unread = [job_id for job_id in live if job_id not in ctx.specs]
         if not unread:
             return

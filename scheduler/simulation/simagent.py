@@ -78,6 +78,7 @@ class SimAgents:
         self._vcpus = {(name, o.instance_type): o.vcpus for name, p in providers.items() for o in p.offers()}
         self._estimates: dict[tuple[str, str, int, int], perf.Estimate] = {}
         self._specs: dict[str, JobSpec] = {}  # a job's spec never changes once submitted
+        self._factors: dict[tuple[str, str], float] = {}
         self._finish_at: dict[tuple[str, int], datetime] = {}
         self.silent: set[str] = set()  # instance rows whose agent says nothing at all (hung, cut off)
         self.output_bytes = output_bytes
@@ -86,8 +87,11 @@ class SimAgents:
 
     def true_factor(self, job_id: str, gpu: str) -> float:
         """How much slower (>1) or faster (<1) than estimated this job really runs on this GPU."""
-        rng = random.Random(f"{self.seed}:{job_id}:{gpu}")
-        return math.exp(rng.gauss(0.0, self.spread))
+        factor = self._factors.get((job_id, gpu))
+        if factor is None:  # asked for every running attempt twice a tick: a seeded Random each time added up
+            rng = random.Random(f"{self.seed}:{job_id}:{gpu}")
+            factor = self._factors[(job_id, gpu)] = math.exp(rng.gauss(0.0, self.spread))
+        return factor
 
     def _spec(self, job_id: str, spec_json: dict | None = None, s: Session | None = None) -> JobSpec:
         spec = self._specs.get(job_id)

@@ -110,7 +110,7 @@ class AttemptRow(Base):
     est_hours: Mapped[float | None] = mapped_column()
     est_cost_amount: Mapped[Decimal | None] = mapped_column(MONEY)
     est_cost_currency: Mapped[str | None] = mapped_column(String(3))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)  # migration 0014
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     ended_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     reason: Mapped[str | None] = mapped_column(Text)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from sqlalchemy import select
 
-from scheduler.lifecycle.idle_window import MIN_SAMPLES, judge
-from scheduler.store.tables import EventRow, IdleStopRow
+from scheduler.lifecycle.idle_window import MIN_SAMPLES, WarmMemo, judge, pooled, verdicts
+from scheduler.store.tables import AttemptRow, EventRow, IdleStopRow, InstanceRow, JobRow, UsageIntervalRow
 from tests.lifecycle.test_lifecycle import World, job_spec
 
 T0 = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -103,3 +105,58 @@ def test_a_new_kind_of_machine_borrows_the_fleet_s_history(store, sim_clock):
     w.run_until(lambda: w.job(job_id).state == "succeeded")
     w.run_until(lambda: not any(r.state == "running" for r in w.instances()), limit=60)
     assert _stop_delays(w, ids + [job_id])[-1] <= timedelta(minutes=1)
+
+
+# --- the memo reads only what was added since its last refresh (SQLite), with the same verdicts ------------
+
+
+def test_the_memo_reads_what_was_added_and_gives_the_verdicts_of_a_full_read(store):
+    """Idle starts and launches of three kinds over nine days (two past the memo's week), some written with a
+    start earlier than rows already there (the ledger dates billing by the cloud's own start): every twenty
+    minutes the memo, which reads only the rows added since its last refresh, says what ``verdicts`` over
+    the whole store says."""
+    rng = random.Random(7)
+    kinds = [("aws", "us-east-1", "g5.xlarge", "spot"), ("aws", "us-east-1", "g5.xlarge", "on-demand"),
+             ("alibaba", "cn-beijing", "ecs.gn7i-c8g1.2xlarge", "spot")]
+    memo = WarmMemo()
+    with store.session() as s:
+        s.add(JobRow(id="job-1", name="job-1", team="vision", kind="train", model="yolov9-s", spec_json={},
+                     state="running", submitted_at=T0, updated_at=T0))
+        for k, (provider, region, itype, capacity) in enumerate(kinds):
+            s.add(InstanceRow(id=f"inst-{k}", provider=provider, region=region, zone=f"{region}a",
+                              instance_type=itype, gpu="A10G", gpu_count=1, capacity=capacity, client_token=f"t-{k}",
+                              state="running", team="vision", price_amount=Decimal(1), price_currency="USD",
+                              on_demand_amount=Decimal(1), created_at=T0))
+        s.add(InstanceRow(id="inst-r", provider="aws", region="us-east-1", zone="us-east-1a",
+                          instance_type="g5.xlarge", gpu="A10G", gpu_count=1, capacity="on-demand",
+                          reserved=True, client_token="t-r", state="running", team="vision",
+                          price_amount=Decimal(0), price_currency="USD", on_demand_amount=Decimal(1), created_at=T0))
+    attempts, compared, now = 0, 0, T0
+    while now < T0 + timedelta(days=9):
+        now += timedelta(minutes=20)
+        with store.session() as s:
+            for _ in range(rng.randrange(4)):
+                k = rng.randrange(len(kinds))
+                back = timedelta(minutes=rng.choice([0, 0, 0, 5, 30]))
+                s.add(UsageIntervalRow(instance_id=rng.choice([f"inst-{k}", "inst-r"]), job_id=None, team="vision",
+                                       project=None, kind="idle", provider=kinds[k][0], region=kinds[k][1],
+                                       gpu="A10G", instance_type=kinds[k][2], capacity=kinds[k][3],
+                                       start=now - back, end=None, accounted=False))
+            for _ in range(rng.randrange(3)):
+                attempts += 1
+                provider, region, itype, capacity = kinds[rng.randrange(len(kinds))]
+                s.add(AttemptRow(job_id="job-1", number=attempts, state="succeeded", client_token=f"a-{attempts}",
+                                 provider=provider, region=region, zone=f"{region}a", instance_type=itype,
+                                 capacity=capacity, start_epoch=0,
+                                 created_at=now - timedelta(minutes=rng.randrange(3))))
+        with store.session(write=False) as s:
+            full = verdicts(s, now, W, 0.15)
+            for kind in kinds:
+                assert memo.get(s, kind, now, W, 0.15) == _full(full, kind)
+            compared += 1
+    assert compared == 3 * 24 * 9 and attempts > 300
+
+
+def _full(known, kind):
+    own = known.get(kind)
+    return own if own is not None and own.idle_starts >= MIN_SAMPLES else pooled(known.values())

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm.exc import StaleDataError
 
 from scheduler.errors import SettingsError
+from scheduler.states import JOB_OPEN
 from scheduler.store.database import Store, add_event, advisory_lock, lock_key, new_id
 from scheduler.store.tables import AttemptRow, Base, EventRow, JobRow, UsageIntervalRow
 
@@ -176,7 +177,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0013"
+    assert any_store.head() == "0014"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
@@ -349,3 +350,23 @@ def test_the_ledgers_search_for_unaccounted_intervals_uses_their_index(store: St
     with store.engine.connect() as conn:
         plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
     assert "ix_usage_intervals_unaccounted" in plan, plan
+
+
+def test_the_warm_memos_search_for_last_weeks_attempts_uses_their_index(store: Store) -> None:
+    # idle_window.verdicts runs every ten minutes; without the index (migration 0014) SQLite scans every
+    # attempt the store ever kept.
+    since = datetime(2026, 11, 5, tzinfo=timezone.utc)
+    stmt = select(AttemptRow.provider, AttemptRow.created_at).where(AttemptRow.created_at >= since)
+    compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
+    with store.engine.connect() as conn:
+        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    assert "ix_attempts_created_at" in plan, plan
+
+
+def test_the_open_jobs_are_found_by_the_state_index(store: Store) -> None:
+    # screen_stored_specs asks every tick; NOT IN (terminal) scanned every job the store ever kept.
+    stmt = select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))
+    compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
+    with store.engine.connect() as conn:
+        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    assert "ix_jobs_state" in plan, plan
