@@ -301,6 +301,7 @@ class CandidateBook:
         # str() (CPython computes it from the digits every time, for each new object), and the text tells
         # 0.00 from -0.00 as the Money prints.
         self._money: dict[int | str, Money] = {}
+        self._costs: dict[int, Decimal] = {}  # by cents (``cost``)
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
         self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row], list[Timed]]] = {}
@@ -390,6 +391,14 @@ class CandidateBook:
         if text is None:
             text = self._more[cents] = f"feasible; {self.money(cost - best)} more"
         return text
+
+    def cost(self, cents: int) -> Decimal:
+        """A positive cost to the cent (``cost.expected_cost``'s) from its whole cents: the same Decimal, digits
+        and exponent (-2), so it prints the same; one object per amount (``rank.Scorer.cost_of``)."""
+        d = self._costs.get(cents)
+        if d is None:
+            d = self._costs[cents] = Decimal(cents).scaleb(-2)
+        return d
 
     def money(self, cost: Decimal, cents: int = 0) -> Money:
         """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs.

@@ -8,7 +8,7 @@ reached yet.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
 heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
-(``_floor_cents``: no Decimal for a bundle never reached; spot's with its
+(``_floor_cents``: no cost for a bundle never reached; spot's with its
 reclaims' restarts added), and is timed and priced group by group only when the
 ranking reaches it (``Ranking._expand``); most bundles of most jobs never are.
 What ``ranking`` reads of a bundle is read once per call (``CandidateBook.rows``).
@@ -29,9 +29,8 @@ from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple, final
 
 from scheduler.models import Capacity
-from scheduler.planner import cost
 from scheduler.planner.book import Filter, Group, Line, Member, Rank, Tail, Timed
-from scheduler.planner.rank import _HUNDRED, Pick, Prefix, Scored, Scorer, Timing
+from scheduler.planner.rank import _SCREEN_ERROR, _SCREEN_MAX, Pick, Prefix, Scored, Scorer, Timing
 
 _new = tuple.__new__  # ``_new(Entry, (...))`` is ``Entry(...)`` without NamedTuple's Python-level ``__new__``:
 # the hot loops below make a heap entry per line of candidates, tens of thousands a call.
@@ -329,19 +328,24 @@ def _add_entries(sc: Scorer, out: list[Entry] | list[Entry | Placeholder], group
     rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
     for a bundle, as this runs for every group a ranking reaches."""
     blocked, late, budget = t.est_blocker is not None, t.late is not None, sc._budget
-    hours, nodes, finish = t.hours_dec, sc._nodes, t.finish
-    expected_cost = cost.expected_cost
+    hours, nodes, finish = t.hours * 100.0, sc._nodes, t.finish
+    hourly_f = sc.book.hourly_f
     for g in groups:
-        hourly = g.hourly.get(nodes) or sc.book.hourly(g, nodes)
-        c = expected_cost(hourly.amount, hours)
+        v = (g.hourly_f.get(nodes) or hourly_f(g, nodes)) * hours  # ``Scorer.cents`` (``rank.float_cents``), inline
+        if 0.0 < v < _SCREEN_MAX:
+            cents = int(v + 0.5)
+            m = 0.5 - _SCREEN_ERROR * v
+            if not -m < v - cents < m:
+                cents = sc.exact_cents(g, t)
+        else:
+            cents = sc.exact_cents(g, t)
         if blocked:
             runs = g.runs.cannot_run
-        elif late or (budget is not None and sc._budget_total(c) > budget.amount):
+        elif late or (budget is not None and sc._budget_total(sc.cost_of(g, t, cents)) > budget.amount):
             runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
         else:
             runs = g.runs.open
-        prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                               g.region))  # as rank.Scorer._score's
+        prefix = _new(Prefix, (g.not_reserved, cents, g.not_warm, finish, g.provider, g.region))  # as _score's
         for r, line in runs:
             out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
@@ -352,17 +356,14 @@ def _add_cheapest_late(sc: Scorer, out: list[Entry], groups: Sequence[Group], t:
     ``groups`` (a bundle, sorted by price) have costs that never fall, so only the groups at the
     first one's cost can come first (the rest of the key breaks ties among them). A refusal past the
     deadline looks for the fastest option this way without costing every group of its bundle."""
-    hours, nodes, finish = t.hours_dec, sc._nodes, t.finish
-    expected_cost, cheapest = cost.expected_cost, None
+    finish, cheapest = t.finish, None
     for g in groups:
-        hourly = g.hourly.get(nodes) or sc.book.hourly(g, nodes)
-        c = expected_cost(hourly.amount, hours)
+        cents = sc.cents(g, t)
         if cheapest is None:
-            cheapest = c
-        elif c > cheapest:
+            cheapest = cents
+        elif cents > cheapest:
             break
-        prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                               g.region))  # as rank.Scorer._score's
+        prefix = _new(Prefix, (g.not_reserved, cents, g.not_warm, finish, g.provider, g.region))  # as _score's
         for r, line in g.runs.blocked:
             out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 

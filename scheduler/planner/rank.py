@@ -19,12 +19,12 @@ only for the timings ``heap.Ranking.needs`` screens in floats.
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
-first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
-faster), warm first, finish, then the candidate's identity (provider,
-region, zone, type, capacity, source, instance, gpu, count, sold out last), then input order
-(offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
-Prefix, book.Tail)``; ``heap.Entry`` and ``heap.Placeholder`` begin with the same
-three fields.
+first, expected cost (as whole cents, ``Prefix.cents``: an int compares faster, and
+floats settle most without the Decimal formula, ``float_cents``), warm first, finish,
+then the candidate's identity (provider, region, zone, type, capacity, source,
+instance, gpu, count, sold out last), then input order (offers, then canonical
+fleet slots) for exact ties: a ``SortKey``, ``(rank, Prefix, book.Tail)``;
+``heap.Entry`` and ``heap.Placeholder`` begin with the same three fields.
 
 Everything here lives for one ``plan()`` call: no module-level state.
 """
@@ -51,6 +51,15 @@ BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 _HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (``Prefix.cents``)
+# ``Scorer.cents`` from floats: a price and hours as floats are within 2^-53 of the Decimals the cost formula
+# reads (the hours' repr is the nearest decimal that reads back as the float), and two float products add
+# two roundings of 2^-53: the float cents are within 4.5e-16 of the exact product x 100, relatively (the
+# Decimal product's own rounding, at 28 digits, is far less). Rounding to the cent is then settled unless
+# the float is within that of a half cent; ``_SCREEN_ERROR`` is twice it. Below ``_SCREEN_MAX`` every
+# whole number of cents is a float exactly, and ``int(v + 0.5)`` is ``v``'s nearest whole number or, at a
+# half, not settled anyway. ``test_fast_paths`` checks it against the Decimal cost.
+_SCREEN_ERROR = 1e-15
+_SCREEN_MAX = 1e15
 _isfinite = math.isfinite
 _on_spot = cost.on_spot
 # ``timedelta(hours=h)`` is ``_td(0, 0, 0, 0, 0, h)`` (days, seconds, microseconds, milliseconds, minutes, hours),
@@ -82,8 +91,10 @@ class Prefix(NamedTuple):
     """A group's sort key between the rank and a member's ``Tail``, shared by its members."""
 
     not_reserved: bool  # reserved capacity first: it costs nothing more
-    cents: int  # ``cost`` in cents: the same order, compared in a tenth of the time (a heap compares often)
-    cost: Decimal  # expected cost, policy currency, to the cent (``cost.expected_cost``)
+    # The expected cost (``cost.expected_cost``, to the cent) in whole cents: the cost is its cents, so
+    # the same order, and an int compares in a tenth of the time (a heap compares often). ``Scored.cost``
+    # is the Decimal, made only for a group scored in full (``Scorer.cost_of``).
+    cents: int
     not_warm: bool  # a warm machine wins a cost tie: no boot
     finish: datetime
     provider: str
@@ -390,9 +401,30 @@ class Scorer:
         return Timing(g.capacity, blocker, 0.0, 0.0, _ZERO_HOURS, start, start, None, None,
                       est.physical_batch if isinstance(est, Figures) else None)
 
-    def _cost(self, g: Group, t: Timing) -> Decimal:
+    def cents(self, g: Group, t: Timing) -> int:
+        """``g``'s expected cost on ``t`` in whole cents (``cost_of``'s, x 100), from floats where they
+        settle it (``heap._add_entries`` inlines the same)."""
+        nodes = self._nodes
+        k = float_cents((g.hourly_f.get(nodes) or self.book.hourly_f(g, nodes)) * (t.hours * 100.0))
+        return self.exact_cents(g, t) if k is None else k
+
+    def exact_cents(self, g: Group, t: Timing) -> int:
+        """``cents`` where its floats do not settle it: from the Decimal cost."""
+        return int(self.exact_cost(g, t) * _HUNDRED)
+
+    def exact_cost(self, g: Group, t: Timing) -> Decimal:
+        """``cost.expected_cost`` of ``g``'s price for the job's nodes on ``t``'s hours."""
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
         return cost.expected_cost(hourly.amount, t.hours_dec)
+
+    def cost_of(self, g: Group, t: Timing, cents: int) -> Decimal:
+        """``exact_cost(g, t)``, whose cents are ``cents``: the Decimal of those cents (one per amount, from
+        the book) where price and hours are positive floats. Then the cost is positive, and a cost to the
+        cent is its cents; otherwise (no price: reserved; a zero, or a negative price a direct caller of
+        plan() could pass) the Decimal formula, which keeps the sign of a zero."""
+        if t.hours > 0.0 and (g.hourly_f.get(self._nodes) or self.book.hourly_f(g, self._nodes)) > 0.0:
+            return self.book.cost(cents)
+        return self.exact_cost(g, t)
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
@@ -402,9 +434,8 @@ class Scorer:
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
         """A group's cost and blockers, in full."""
         if prefix is None:
-            c = self._cost(g, t)
-            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, t.finish, g.provider, g.region))
-        c = prefix.cost
+            prefix = _new(Prefix, (g.not_reserved, self.cents(g, t), g.not_warm, t.finish, g.provider, g.region))
+        c = self.cost_of(g, t, prefix.cents)
         s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), c, prefix)
         if t.est_blocker is not None:
             s.structural = True
@@ -429,6 +460,17 @@ class Scorer:
             return s
         s.runs = s._runs()
         return s
+
+
+def float_cents(v: float) -> int | None:
+    """A cost's whole cents from ``v``, its price x (hours x 100) in floats; None where ``v`` does not settle
+    them (``_SCREEN_ERROR``) and the Decimal formula must."""
+    if 0.0 < v < _SCREEN_MAX:
+        k = int(v + 0.5)
+        m = 0.5 - _SCREEN_ERROR * v
+        if -m < v - k < m:
+            return k
+    return None
 
 
 def _unsized(exc: UserError) -> str:

@@ -1,14 +1,16 @@
 """The shortcuts the planner's speed rests on give what the slow forms give (issue 17).
 
 ``heap._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
-above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
-``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``,
-making only the timings whose float estimate (``heap.Ranking.needs``) is near the least, must find the
-soonest deadline computing every ``Timing.needed`` finds.
+above it; ``rank.float_cents`` gives its whole cents where floats settle them; ``timedelta(0, 0, 0, 0, 0, h)``
+stands in for ``timedelta(hours=h)``; a deadline moved into ``now``'s zone object
+(``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``, making only the timings
+whose float estimate (``heap.Ranking.needs``) is near the least, must find the soonest deadline computing
+every ``Timing.needed`` finds.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -20,7 +22,7 @@ from scheduler.planner.book import CandidateBook
 from scheduler.planner.heap import _floor_cents, need_tolerance
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
 from scheduler.planner.plan import _Planning, _soonest, plan
-from scheduler.planner.rank import Timing
+from scheduler.planner.rank import Timing, float_cents
 from scheduler.simulation.trace_file import load_trace
 from tests.planner.golden import STRESS, market
 from tests.planner.test_planner import make_job, make_offer
@@ -48,6 +50,33 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
             assert cents - 1 - cents * 1e-11 <= floor <= cents, (price, hours, exact, floor)
             checked += 1
     assert checked == 15_000
+
+
+def test_float_cents_are_the_decimal_costs_cents_where_they_settle_them() -> None:
+    """``rank.float_cents`` stands in for ``int(cost.expected_cost(...) * 100)``, and ``CandidateBook.cost`` of
+    those cents for the Decimal cost (same digits and exponent: it prints the same): on the prices and hours
+    of the floor's test, and on hours that put the cost within a hair of a half cent, which it leaves to the
+    Decimal formula."""
+    rng = random.Random(23)
+    book = CandidateBook([], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(), None)
+    settled = unsettled = 0
+    for price in _prices(rng):
+        halves = [float((Decimal(k) + Decimal("0.5")) / 100 / price) for k in (rng.randrange(1, 10**6),)]
+        # At a half cent, a float's step either side (left to the formula), and a little further (settled).
+        halves += [f(h) for h in halves for f in (lambda h: math.nextafter(h, math.inf), lambda h: math.nextafter(h, 0),
+                                                  lambda h: h * (1 + 1e-13), lambda h: h * (1 - 1e-13))]
+        for hours in (rng.uniform(0, 1), rng.uniform(0, 50), rng.uniform(0, 5000), 10 ** rng.uniform(-4, 4),
+                      round(rng.uniform(0, 100), 2), 0.0, *halves):
+            exact = cost.expected_cost(price, Decimal(repr(hours)))
+            got = float_cents(float(price) * (hours * 100.0))
+            if got is None:
+                unsettled += 1
+                continue
+            settled += 1
+            assert got == int(exact * 100), (price, hours, exact, got)
+            made = book.cost(got)
+            assert made == exact and str(made) == str(exact) and made.as_tuple() == exact.as_tuple(), (price, hours)
+    assert settled > 20_000 and unsettled > 10_000, (settled, unsettled)
 
 
 def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
