@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple, final
 
 from scheduler.models import Capacity
-from scheduler.planner.book import Filter, Group, Line, Member, Rank, Tail, Timed
+from scheduler.planner.book import Group, Line, Link, Member, Rank, Rows, Tail, Timed
 from scheduler.planner.rank import _SCREEN_ERROR, _SCREEN_MAX, Pick, Prefix, Scored, Scorer, Timing
 
 _new = tuple.__new__  # ``_new(Entry, (...))`` is ``Entry(...)`` without NamedTuple's Python-level ``__new__``:
@@ -95,6 +95,9 @@ class Placeholder(NamedTuple):
     tail: tuple[()]
     order: int  # -1 - the bundle's first group's index
     bundle: list[Group]
+    chain: list[Link]  # the bundle's chain (``ranking``): the next link enters the heap when this one leaves it
+    next: int  # the next link's index in ``chain``
+    hours: float  # the estimate's hours for the chain's setup
 
 
 class Ranking:
@@ -112,15 +115,22 @@ class Ranking:
         self._matching, self._timed = matching, timings  # the bundles; by timing (``CandidateBook.rows``)
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
-        self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
+        # Placeholder.order -> its bundle's entries, and the placeholder of the next link of its chain
+        self._expanded: dict[int, list[Entry | Placeholder]] = {}
 
-    def _expand(self, p: Placeholder) -> list[Entry]:
-        """A placeholder's candidates: its bundle timed, and its groups' heap entries (made once)."""
+    def _expand(self, p: Placeholder) -> list[Entry | Placeholder]:
+        """A placeholder's candidates: its bundle timed, and its groups' heap entries; then the next bundle of
+        its chain, as a placeholder (made once)."""
         entries = self._expanded.get(p.order)
         if entries is None:
             entries = self._expanded[p.order] = []
             sc = self.scorer
             _add_entries(sc, entries, p.bundle, sc.timing(p.bundle[0]))
+            chain, i = p.chain, p.next
+            if i < len(chain):
+                hourly, order, bundle = chain[i]
+                entries.append(_new(Placeholder, (p.rank, (True, _math_floor(hourly * p.hours * _CENTS_UNDER)), (),
+                                                  order, bundle, chain, i + 1, p.hours)))
         return entries
 
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
@@ -139,11 +149,10 @@ class Ranking:
                              for groups in self._matching]
         return self._bundles
 
-    def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
+    def needs(self, stretch: float) -> list[tuple[float, Timed]]:
         """For a job with a deadline, per timing it can run on that may be the fastest: its ``Timing.needed``
-        in hours after now as floats compute it, and a group that has it (``plan._soonest`` makes those
-        within ``need_tolerance`` of the least). ``boot``: a new machine's hours to start; ``stretch``:
-        1 / (1 - deadline_safety).
+        in hours after now as floats compute it, and the timing's ``Timed`` (``plan._soonest`` makes those
+        within ``need_tolerance`` of the least). ``stretch``: 1 / (1 - deadline_safety).
 
         Off spot, the finish is the start plus the estimate's hours, stretched. On spot, interruptions only
         add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
@@ -151,28 +160,27 @@ class Ranking:
         timing whose bound is past what the others allow is left out without working out its interruptions."""
         sc = self.scorer
         base_of, restart = sc._base, sc._restart_hours
-        out: list[tuple[float, Group]] = []
-        spot: list[tuple[float, float, float, Group]] = []
+        out: list[tuple[float, Timed]] = []
+        spot: list[tuple[float, float, Timed]] = []
         least = math.inf
-        for row, _ in self._timed:
-            g = row.bundle[0]
-            base = base_of.get(row.est_key, False)
+        for timed in self._timed:
+            key, start, on_spot = timed[:3]  # ``start``: as rank.Scorer._time's
+            base = base_of.get(key, False)
             if base is False:
-                base = sc._fit_hours(g, row.est_key)
+                base = sc._fit_hours(timed.group, key)
             if base is None:
                 continue  # the job cannot run there
-            start = boot if g.not_warm else 0.0  # as rank.Scorer._time's
-            if g.capacity is _SPOT:
-                spot.append((max((start + base) * stretch, start + (base + restart)), base, start, g))
+            if on_spot:
+                spot.append((max((start + base) * stretch, start + (base + restart)), base, timed))
             else:
                 need = (start + base) * stretch
-                out.append((need, g))
+                out.append((need, timed))
                 if need < least:
                     least = need
         cutoff = least + need_tolerance(least, stretch)
-        for bound, base, start, g in spot:
+        for bound, base, timed in spot:
             if bound <= cutoff:
-                out.append((sc.spot_need_hours(g, base, start, stretch), g))
+                out.append((sc.spot_need_hours(timed.group, base, timed.start, stretch), timed))
         return out
 
     @property
@@ -230,25 +238,23 @@ class Ranking:
                 self._settle(heap)
         return out
 
-    def fastest(self, fastest: set[Timing]) -> tuple[Group, Member, Timing]:
-        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``): its
-        group, member and timing.
+    def fastest(self, fastest: list[tuple[Timing, Timed]]) -> tuple[Group, Member, Timing]:
+        """The best candidate of the timings ``fastest`` (made, and late: ``plan._soonest``'s): its group, member
+        and timing.
 
         Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
         best is among each bundle's cheapest groups (``_add_cheapest_late``). Bundles are taken by
         a floor of their cost (``_floor_cents`` of the timing's hours), cheapest first, and only while that
         floor is not past the best found, so most are never costed."""
         sc = self.scorer
-        timings, nodes, hourly_f, by_gpu = sc._timings, sc._nodes, sc.book.hourly_f, sc._by_gpu
+        nodes, hourly_f = sc._nodes, sc.book.hourly_f
         floors: list[tuple[bool, int, int, list[Group], Timing]] = []
-        for row, bundles in self._timed:
-            t = timings.get(row.bundle[0].timing_keys[by_gpu])
-            if t is not None and t in fastest:
-                assert t.late is not None and t.est_blocker is None
-                for bundle in bundles:
-                    g = bundle[0]
-                    floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
-                                   bundle, t))
+        for t, timed in fastest:
+            assert t.late is not None and t.est_blocker is None
+            for bundle in timed.bundles:
+                g = bundle[0]
+                floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
+                               bundle, t))
         floors.sort()  # (a group's index is its own: nothing after it is compared)
         top: Entry | None = None
         found: list[Entry] = []
@@ -274,36 +280,49 @@ class Ranking:
 # --- building a ranking --------------------------------------------------------------
 
 
-def ranking(sc: Scorer, f: Filter) -> Ranking:
-    """Every candidate ``f`` lets through for ``sc``'s job, in a heap; most groups get no ``Scored`` (see
-    ``_enter``), and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
+def ranking(sc: Scorer, rows: Rows) -> Ranking:
+    """Every candidate a filter lets through for ``sc``'s job (``rows``: ``CandidateBook.rows`` of that filter for
+    the job's nodes and kind), in a heap; most groups get no ``Scored`` (see
+    ``_enter``), and a bundle of new machines enters as one ``Placeholder`` when the ranking nears it.
+
+    The bundles of new machines of one setup (est key: the same estimated hours) form a chain, by their
+    first group's price (``book.Link.hourly``: on spot with a floor of its reclaims' restarts, ``cost.on_spot``'s
+    n x restart_hours, which lost work only adds to), the same for every job of a kind and filter: their
+    floors (``_floor_cents`` of that price and the estimate's hours) never fall along it. Only a chain's first
+    bundle enters the heap; each enters when the one before it leaves (``Ranking._expand``), so every bundle
+    not in the heap sorts after one that is, and the ranking is the same; most bundles of most jobs never
+    enter. An avoiding job, a setup the job cannot run on and fleet slots enter in full."""
     heap: list[Entry | Placeholder]
-    book = sc.book
-    matching, rows, timings = book.rows(f, sc._nodes, sc._by_gpu)
+    matching, every, timings, chains, slots = rows
     heap = []
-    floor, below = _math_floor, _CENTS_UNDER
-    base, nodes, restart = sc._base, sc._nodes, sc._restart_hours  # read once: this loop runs for every
-    # bundle of every job
+    if sc.job.avoid:  # an avoiding job scores every group in full (``Scored.avoided``)
+        for row in every:
+            _enter_bundle(sc, row.bundle, heap)
+        heapq.heapify(heap)
+        return Ranking(sc, matching, timings, heap)
+    base = sc._base
     best = _BLOCKED if sc.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-    lazy = not sc.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-    for key, hourly, spot_rate, order, bundle in rows:
-        if lazy and hourly is not None:
-            hours: float | Literal[False] | None = base.get(key, False)
-            if hours is False:
-                hours = sc._fit_hours(bundle[0], key)
-            if hours is not None:
-                if spot_rate:
-                    # At or below spot's expected hours (``cost.on_spot``: the same n x restart_hours, to
-                    # the bit, and lost work only adds): a floor nearer the cost, reached later.
-                    hours = hours + hours * (spot_rate * nodes) * restart
-                least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
-                heap.append(_new(Placeholder, (best, least, (), order, bundle)))
-                continue
-        t = sc.timing(bundle[0])
-        for g in bundle:
-            _enter(sc, g, t, heap)
+    for key, chain in chains:
+        hours: float | Literal[False] | None = base.get(key, False)
+        if hours is False:
+            hours = sc._fit_hours(chain[0].bundle[0], key)
+        if hours is None:
+            for link in chain:
+                _enter_bundle(sc, link.bundle, heap)
+            continue
+        hourly, order, bundle = chain[0]
+        heap.append(_new(Placeholder, (best, (True, _math_floor(hourly * hours * _CENTS_UNDER)), (), order, bundle,
+                                       chain, 1, hours)))  # ``_floor_cents``, inline
+    for row in slots:
+        _enter_bundle(sc, row.bundle, heap)
     heapq.heapify(heap)
     return Ranking(sc, matching, timings, heap)
+
+
+def _enter_bundle(sc: Scorer, bundle: list[Group], heap: list[Entry | Placeholder]) -> None:
+    t = sc.timing(bundle[0])
+    for g in bundle:
+        _enter(sc, g, t, heap)
 
 
 def _enter(sc: Scorer, g: Group, t: Timing, heap: list[Entry | Placeholder]) -> None:

@@ -134,7 +134,7 @@ class Timing:
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
     worst: datetime | None  # spot with a deadline: the finish of the bad case (``cost.on_spot``)
     physical_batch: int | None
-    _late_blocker: Blocker | None = None
+    _late_text: str | None = None
     _needed: datetime | None = None
     _shown: tuple[float, float] | None = None
 
@@ -165,9 +165,15 @@ class Timing:
         return self._needed
 
     def late_blocker(self, deadline: datetime, margin: timedelta) -> Blocker:
-        """The deadline blocker's text (formatting is the slow part, so only for options shown); ``margin``:
-        the deadline's safety margin (``CandidateBook.margin``)."""
-        if self._late_blocker is None:
+        """The deadline blocker; ``margin``: the deadline's safety margin (``CandidateBook.margin``)."""
+        assert self.late is not None
+        return Blocker(self.late, self.late_text(deadline, margin))
+
+    def late_text(self, deadline: datetime, margin: timedelta) -> str:
+        """``late_blocker``'s text, made once (formatting is the slow part, so only for options shown; a just-late
+        option's why is this text alone, without a ``Blocker``)."""
+        text = self._late_text
+        if text is None:
             if self.late == "spot_risk":
                 assert self.worst is not None
                 text = ("too risky on spot: a late interruption would miss the deadline by "
@@ -177,9 +183,8 @@ class Timing:
             else:
                 text = (f"finishes {fmt_hours(deadline - self.finish)} before the deadline, "
                         f"inside the {fmt_hours(margin)} safety margin")
-            assert self.late is not None
-            self._late_blocker = Blocker(self.late, text)
-        return self._late_blocker
+            self._late_text = text
+        return text
 
 
 @dataclass(eq=False, slots=True)
@@ -189,7 +194,6 @@ class Scored:
     group: Group
     timing: Timing
     hourly: Money
-    cost: Decimal  # expected cost, policy currency, to the cent
     prefix: Prefix
     # Most groups of most jobs keep these defaults (``Scorer._score`` sets the rest).
     reservation: bool = False  # the reservation ends before the expected finish
@@ -200,6 +204,18 @@ class Scored:
     taken_by: str | None = None  # fleet slot held for another job
     runs: RankedLines = ()  # the members by rank
     late_only: bool = False  # the timing's deadline blocker is the group's only one (a member may be sold out)
+
+    @property
+    def cost(self) -> Decimal:
+        """Expected cost, policy currency, to the cent: ``cost.expected_cost``, whose cents the prefix has. Made
+        when read (most options show an amount the book has already made, ``CandidateBook.money_of``): the
+        Decimal of those cents where price and hours are positive (then the cost is, and a cost to the cent
+        is its cents); otherwise (reserved capacity, a zero or negative price a direct caller of plan()
+        could pass) the formula, which keeps the sign of a zero."""
+        t, amount = self.timing, self.hourly.amount
+        if t.hours > 0.0 and amount > 0:
+            return Decimal(self.prefix.cents).scaleb(-2)
+        return cost.expected_cost(amount, t.hours_dec)
 
     def blockers(self, mem: Member, sc: Scorer) -> list[Blocker]:
         """In the order the planner has always listed them (they join into ``Option.why``); ``sc``: the job's."""
@@ -257,7 +273,8 @@ class Scorer:
                  "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
                  "_budget_rate", "_spent")
 
-    def __init__(self, book: CandidateBook, job: PlanJob) -> None:
+    def __init__(self, book: CandidateBook, job: PlanJob, deadline: datetime | None = None) -> None:
+        """``deadline``: ``book.in_now_zone(job.deadline_at)`` when the caller has it."""
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
         self._base: dict[int, float | None] = {}  # est key -> _base_hours
@@ -270,7 +287,7 @@ class Scorer:
         # Whatever can run is late: every start is at or after now and takes some time (4 minutes or more).
         self.past_deadline = False
         if job.deadline_at is not None:
-            deadline = self.deadline = book.in_now_zone(job.deadline_at)
+            deadline = self.deadline = deadline or book.in_now_zone(job.deadline_at)
             self.margin = book.margin(deadline)
             cutoff = self._cutoff = deadline - self.margin
             self.past_deadline = cutoff <= book.now
@@ -295,8 +312,8 @@ class Scorer:
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
-        """``heap.ranking(self, f).first()`` when that is feasible or only waits on stock, else None, scoring
-        fewer groups."""
+        """``heap.ranking`` of ``f``'s rows, then its ``first()``, when that is feasible or only waits on stock,
+        else None, scoring fewer groups."""
         if self.past_deadline:
             return None  # no need to estimate what the relaxed filter adds
         heads: list[tuple[SortKey, Pick]] = []
@@ -418,13 +435,11 @@ class Scorer:
         return cost.expected_cost(hourly.amount, t.hours_dec)
 
     def cost_of(self, g: Group, t: Timing, cents: int) -> Decimal:
-        """``exact_cost(g, t)``, whose cents are ``cents``: the Decimal of those cents (one per amount, from
-        the book) where price and hours are positive floats. Then the cost is positive, and a cost to the
-        cent is its cents; otherwise (no price: reserved; a zero, or a negative price a direct caller of
-        plan() could pass) the Decimal formula, which keeps the sign of a zero."""
-        if t.hours > 0.0 and (g.hourly_f.get(self._nodes) or self.book.hourly_f(g, self._nodes)) > 0.0:
-            return self.book.cost(cents)
-        return self.exact_cost(g, t)
+        """``exact_cost(g, t)``, whose cents are ``cents``, as ``Scored.cost`` makes it (a budget reads it)."""
+        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        if t.hours > 0.0 and hourly.amount > 0:
+            return Decimal(cents).scaleb(-2)
+        return cost.expected_cost(hourly.amount, t.hours_dec)
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
@@ -435,14 +450,13 @@ class Scorer:
         """A group's cost and blockers, in full."""
         if prefix is None:
             prefix = _new(Prefix, (g.not_reserved, self.cents(g, t), g.not_warm, t.finish, g.provider, g.region))
-        c = self.cost_of(g, t, prefix.cents)
-        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), c, prefix)
+        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
             s.reservation = g.until is not None and t.finish > g.until
             if self._budget is not None:
-                s.budget_total = self._budget_total(c)
+                s.budget_total = self._budget_total(s.cost)
                 s.over_budget = s.budget_total > self._budget.amount
             s.structural = t.late is not None or s.reservation or s.over_budget
             s.late_only = t.late is not None and not s.reservation and not s.over_budget
@@ -478,11 +492,15 @@ def _unsized(exc: UserError) -> str:
     return str(exc).replace("\n  fix:", ":")
 
 
+# The planner's texts format numbers with ``%``: the same text as an f-string's format spec (``%.1f`` and
+# ``.1f`` share CPython's float formatting; ``%02d`` pads an int as ``02d``), in two thirds of the time.
+
+
 def fmt_hours(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 3600:.1f} h"
+    return "%.1f h" % (delta.total_seconds() / 3600)
 
 
 def fmt_time(dt: datetime) -> str:
-    """``dt`` in UTC to the minute, as ``strftime("%Y-%m-%d %H:%M UTC")`` writes it, in half its time."""
+    """``dt`` in UTC to the minute, as ``strftime("%Y-%m-%d %H:%M UTC")`` writes it, in a third of its time."""
     u = dt if dt.tzinfo is UTC else dt.astimezone(UTC)
-    return f"{u.year}-{u.month:02d}-{u.day:02d} {u.hour:02d}:{u.minute:02d} UTC"
+    return "%d-%02d-%02d %02d:%02d UTC" % (u.year, u.month, u.day, u.hour, u.minute)

@@ -5,7 +5,8 @@ above it; ``rank.float_cents`` gives its whole cents where floats settle them; `
 stands in for ``timedelta(hours=h)``; a deadline moved into ``now``'s zone object
 (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``, making only the timings
 whose float estimate (``heap.Ranking.needs``) is near the least, must find the soonest deadline computing
-every ``Timing.needed`` finds.
+every ``Timing.needed`` finds; Money made without validation, and texts formatted with ``%``, must be what
+the validated model and the format specs give.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from scheduler.models import Capacity
+from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
-from scheduler.planner.heap import _floor_cents, need_tolerance
+from scheduler.planner.heap import _CENTS_UNDER, _floor_cents, need_tolerance
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
-from scheduler.planner.plan import _Planning, _soonest, plan
-from scheduler.planner.rank import Timing, float_cents
+from scheduler.planner.plan import _ceil_minute, _Planning, _soonest, plan
+from scheduler.planner.rank import Timing, float_cents, fmt_hours, fmt_time
 from scheduler.simulation.trace_file import load_trace
 from tests.planner.golden import STRESS, market
 from tests.planner.test_planner import make_job, make_offer
@@ -53,12 +55,11 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
 
 
 def test_float_cents_are_the_decimal_costs_cents_where_they_settle_them() -> None:
-    """``rank.float_cents`` stands in for ``int(cost.expected_cost(...) * 100)``, and ``CandidateBook.cost`` of
-    those cents for the Decimal cost (same digits and exponent: it prints the same): on the prices and hours
-    of the floor's test, and on hours that put the cost within a hair of a half cent, which it leaves to the
-    Decimal formula."""
+    """``rank.float_cents`` stands in for ``int(cost.expected_cost(...) * 100)``, and the Decimal of those cents
+    (``Scored.cost``'s) for the cost itself (same digits and exponent: it prints the same): on the prices and
+    hours of the floor's test, and on hours that put the cost within a hair of a half cent, which it leaves to
+    the Decimal formula."""
     rng = random.Random(23)
-    book = CandidateBook([], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(), None)
     settled = unsettled = 0
     for price in _prices(rng):
         halves = [float((Decimal(k) + Decimal("0.5")) / 100 / price) for k in (rng.randrange(1, 10**6),)]
@@ -74,20 +75,38 @@ def test_float_cents_are_the_decimal_costs_cents_where_they_settle_them() -> Non
                 continue
             settled += 1
             assert got == int(exact * 100), (price, hours, exact, got)
-            made = book.cost(got)
+            made = Decimal(got).scaleb(-2)
             assert made == exact and str(made) == str(exact) and made.as_tuple() == exact.as_tuple(), (price, hours)
     assert settled > 20_000 and unsettled > 10_000, (settled, unsettled)
 
 
-def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
-    """``heap.ranking`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
-    never be above ``cost.on_spot``'s expected hours, in floats (then its floor is never above the cost)."""
+def test_the_books_money_is_the_validated_money() -> None:
+    """``CandidateBook.money`` makes its Money without validating it (``book._money``): it equals, dumps and
+    copies as the validated one, whatever the amount's digits and sign."""
+    book = CandidateBook([], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(currency="USD"), None)
+    for text in ("0.00", "-0.00", "1.50", "1.5", "12345678.91", "-3.20"):
+        amount = Decimal(text)
+        made, validated = book.money(amount), Money(amount=amount, currency="USD")
+        assert made == validated and made.model_dump_json() == validated.model_dump_json()
+        assert str(made) == str(validated) and hash(made) == hash(validated) and made.amount is amount
+        assert made.model_fields_set == validated.model_fields_set
+        assert made.model_copy(update={"currency": "CNY"}) == validated.model_copy(update={"currency": "CNY"})
+
+
+def test_a_spot_placeholders_floor_is_never_above_the_spot_cost() -> None:
+    """``heap.ranking`` floors a spot bundle from its price times 1 + rate x nodes x restart_hours
+    (``book.Link.hourly``) and the estimate's hours: never above the cost on ``cost.on_spot``'s expected hours."""
     rng = random.Random(9)
+    prices = _prices(rng)
     for _ in range(50_000):
         hours, rate = 10 ** rng.uniform(-3, 4), rng.choice((0.0, 1e-9, rng.uniform(0, 0.5), rng.uniform(0, 50)))
         nodes, restart = rng.choice((1, 2, 3, 8)), rng.choice((0.0, 0.15, rng.uniform(0, 2)))
         checkpoint = rng.choice((None, hours / rng.randint(1, 300)))
-        assert hours + hours * (rate * nodes) * restart <= cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
+        price = rng.choice(prices)
+        spot_hours = cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
+        cents = int(cost.expected_cost(price, Decimal(repr(spot_hours))) * 100)
+        hourly = float(price) * (1.0 + rate * nodes * restart)
+        assert math.floor(hourly * hours * _CENTS_UNDER) <= cents, (price, hours, rate, nodes, restart)
 
 
 def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
@@ -97,6 +116,23 @@ def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
     values += [(k + 0.5) / 3.6e9 for k in range(0, 2000, 7)] + [k / 7 for k in range(1, 500)]
     for h in values:
         assert timedelta(0, 0, 0, 0, 0, h) == timedelta(hours=h), h
+
+
+def test_the_texts_formatted_with_percent_are_the_format_specs_texts() -> None:
+    """``rank.fmt_time``, ``rank.fmt_hours`` and ``plan._ceil_minute`` against the forms they replace."""
+    rng = random.Random(6)
+    zones = (UTC, timezone(timedelta(hours=9)), timezone(timedelta(hours=-5, minutes=-30)), ZoneInfo("Europe/Berlin"))
+    for _ in range(20_000):
+        dt = datetime(2026, 1, 1, tzinfo=rng.choice(zones)) + timedelta(
+            microseconds=rng.choice((rng.randrange(10**14), rng.randrange(10**8) * 60 * 10**6)))
+        dt = dt.replace(fold=rng.randint(0, 1))
+        floored = dt.replace(second=0, microsecond=0)
+        ceiled = floored if floored == dt else floored + timedelta(minutes=1)
+        got = _ceil_minute(dt)
+        assert (got, got.tzinfo, got.fold, fmt_time(got)) == (ceiled, ceiled.tzinfo, ceiled.fold, fmt_time(ceiled))
+        assert fmt_time(dt) == dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        delta = dt - datetime(2026, 6, 1, tzinfo=UTC)
+        assert fmt_hours(delta) == f"{delta.total_seconds() / 3600:.1f} h"
 
 
 def test_a_deadline_joins_nows_fixed_offset_zone_as_the_same_instant() -> None:
@@ -163,7 +199,8 @@ def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
         made.clear()
         soonest, fastest = _soonest(floats, now, safety, make)
         assert soonest == min(needs), case
-        assert fastest == {t for t, need in zip(timings, needs, strict=True) if need == soonest}, case
+        assert [t for t, x in fastest if t is x] == [t for t, need in zip(timings, needs, strict=True)
+                                                      if need == soonest], case
         skipped += len(timings) - len(made)
     assert skipped > 1000  # most timings are never made
 
@@ -187,7 +224,7 @@ def test_a_timings_float_need_is_well_within_the_tolerance() -> None:
                 continue
             p = _Planning(PlanJob(id=f"j{i}", spec=e.job, submitted_at=submitted, deadline_at=deadline), book)
             sc, stretch = p.scorer, 1 / (1 - safety)
-            needs = p.ranking.needs(policy.boot_hours, stretch)
+            needs = [(need, timed.group) for need, timed in p.ranking.needs(stretch)]
             # Every spot timing too, and the bound that may leave one out (``Ranking.needs``).
             for bundle in p.ranking._matching:
                 g = bundle[0]
