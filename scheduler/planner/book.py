@@ -441,9 +441,11 @@ class CandidateBook:
         One per distinct time left: jobs submitted together with the same relative deadline share it, and
         a timedelta times a float is among the slowest things a job's scoring does."""
         left = deadline - self.now
+        if left <= _NO_TIME:
+            return _NO_TIME  # ``deadline_safety`` x nothing: most of a month-old queue, each with its own time left
         m = self._margins.get(left)
         if m is None:
-            m = self._margins[left] = self.policy.deadline_safety * max(left, timedelta(0))
+            m = self._margins[left] = self.policy.deadline_safety * left
         return m
 
     def more(self, cents: int, s: Costed, best: Costed) -> str:
@@ -471,6 +473,7 @@ class CandidateBook:
         return m
 
 
+_NO_TIME = timedelta(0)
 _new, _set = object.__new__, object.__setattr__
 _MONEY_FIELDS = set(Money.model_fields)  # never changed: shared by every ``_money``, as ``plan.built`` shares
 

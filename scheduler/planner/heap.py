@@ -136,9 +136,10 @@ class Ranking:
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
         """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
         while heap and type(top := heap[0]) is Placeholder:
-            heapq.heappop(heap)  # returns top
-            for entry in self._expand(top):
-                heapq.heappush(heap, entry)
+            entries = self._expand(top)  # never empty: a bundle has groups, and a group members
+            heapq.heapreplace(heap, entries[0])  # pops top
+            for k in range(1, len(entries)):
+                heapq.heappush(heap, entries[k])
 
     @property
     def bundles(self) -> list[tuple[Timing, list[Group]]]:
@@ -274,7 +275,7 @@ class Ranking:
         if not self._heap:
             return None
         r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
-        return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
+        return _new(Pick, (self.scorer.scored(g, t, prefix), line.members[0], r))
 
 
 # --- building a ranking --------------------------------------------------------------
@@ -360,7 +361,7 @@ def _add_entries(sc: Scorer, out: list[Entry] | list[Entry | Placeholder], group
             cents = sc.exact_cents(g, t)
         if blocked:
             runs = g.runs.cannot_run
-        elif late or (budget is not None and sc._budget_total(sc.cost_of(g, t, cents)) > budget.amount):
+        elif late or (budget is not None and sc.over_budget(g, t, cents)):
             runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
         else:
             runs = g.runs.open

@@ -309,14 +309,15 @@ def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Flee
           policy: PlannerPolicy, measured: Measured | None, team_budgets: Mapping[str, TeamBudget] | None,
           alternatives: int, market: Market | None) -> list[Decision]:
     book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured, market)
-    left = {team: b.left for team, b in (team_budgets or {}).items()}
+    budgets = team_budgets or {}
+    left = {team: b.left for team, b in budgets.items()}
     decisions = []
     zone = book.in_now_zone
     keys = [_planning_order(job, zone) for job in jobs]
     for i in sorted(range(len(keys)), key=keys.__getitem__):  # as sorted(jobs, key=...): stable
         job, key = jobs[i], keys[i]
         decision, slot = _decide(_Planning(job, book, None if key[1] else key[2]), alternatives)
-        budget = (team_budgets or {}).get(job.spec.team)
+        budget = budgets.get(job.spec.team) if budgets else None
         if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
             decision, fits = _within_team_budget(decision, job.spec.team, budget, left, policy.fx)
             if not fits:

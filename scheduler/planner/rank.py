@@ -271,7 +271,7 @@ class Scorer:
     # Slots: one a job, made and read in the planner's hottest paths.
     __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
                  "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
-                 "_budget_rate", "_spent")
+                 "_budget_rate", "_spent", "_within_at", "_over_at")
 
     def __init__(self, book: CandidateBook, job: PlanJob, deadline: datetime | None = None) -> None:
         """``deadline``: ``book.in_now_zone(job.deadline_at)`` when the caller has it."""
@@ -299,10 +299,24 @@ class Scorer:
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
         self._budget_rate = self._spent = None  # policy currency -> budget currency; spent, in the budget's
+        self._within_at, self._over_at = -math.inf, math.inf  # ``over_budget``'s screen: none by default
         if self._budget is not None:
             self._budget_rate = book.rate(book.policy.currency, self._budget.currency)
             if job.spent is not None:
                 self._spent = job.spent.amount * book.rate(job.spent.currency, self._budget.currency)
+            self._budget_screen()
+
+    def _budget_screen(self) -> None:
+        """``over_budget``'s screen: the cents a cost may have, at most, to be within the budget, in floats
+        (budget less spent, over the rate), give or take a part in 1e9 of what they are made from, which is
+        far more than the floats' error (a few parts in 1e16 each, and the Decimals' own at 28 digits)."""
+        rate, spent = float(self._budget_rate), float(self._spent or 0)  # type: ignore[arg-type]  # set: a budget
+        budget = float(self._budget.amount)  # type: ignore[union-attr]
+        if rate > 0.0 and _isfinite(rate) and _isfinite(spent) and _isfinite(budget):
+            limit = (budget - spent) / rate * 100.0
+            slack = 1e-9 * (abs(budget) + abs(spent)) / rate * 100.0 + 1e-6
+            if _isfinite(limit) and _isfinite(slack):
+                self._within_at, self._over_at = limit - slack, limit + slack
 
     def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
@@ -381,14 +395,17 @@ class Scorer:
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
-        est = self._estimates.get(key) or self._estimate(g, key)
+        base = self._base.get(key, False)  # the estimate's hours where it fits (``_fit_hours``)
+        if base is False:
+            base = self._fit_hours(g, key)
+        est = self._estimates[key]
         book = self.book
         start = book.start_new if g.not_warm else book.now  # cost.start
-        if type(est) is str or not est.fits or not _isfinite(est.hours):  # type: ignore[union-attr]
+        if base is None:
             return self._cannot_run(g, est, start)
         assert type(est) is Figures
         deadline = self.deadline
-        h = base = est.hours
+        h = base
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
         if g.capacity is _SPOT:
@@ -440,6 +457,15 @@ class Scorer:
         if t.hours > 0.0 and hourly.amount > 0:
             return Decimal(cents).scaleb(-2)
         return cost.expected_cost(hourly.amount, t.hours_dec)
+
+    def over_budget(self, g: Group, t: Timing, cents: int) -> bool:
+        """``_budget_total(cost_of(g, t, cents)) > budget``, for a job with a budget: settled by the cents alone
+        where they are clearly within or over it (``_budget_screen``), else by the Decimals."""
+        if cents < self._within_at:
+            return False
+        if cents > self._over_at:
+            return True
+        return self._budget_total(self.cost_of(g, t, cents)) > self._budget.amount  # type: ignore[union-attr]
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""

@@ -23,7 +23,7 @@ from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
 from scheduler.planner.heap import _CENTS_UNDER, _floor_cents, need_tolerance
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
-from scheduler.planner.plan import _ceil_minute, _Planning, _soonest, plan
+from scheduler.planner.plan import _ceil_minute, _filter, _Planning, _soonest, plan
 from scheduler.planner.rank import Timing, float_cents, fmt_hours, fmt_time
 from scheduler.simulation.trace_file import load_trace
 from tests.planner.golden import STRESS, market
@@ -78,6 +78,31 @@ def test_float_cents_are_the_decimal_costs_cents_where_they_settle_them() -> Non
             made = Decimal(got).scaleb(-2)
             assert made == exact and str(made) == str(exact) and made.as_tuple() == exact.as_tuple(), (price, hours)
     assert settled > 20_000 and unsettled > 10_000, (settled, unsettled)
+
+
+def test_the_budget_screen_says_what_the_decimals_say() -> None:
+    """``Scorer.over_budget`` settles most costs from their cents and floats (``Scorer._budget_screen``); it must
+    say what the Decimal total says, for budgets and money spent in either currency, near the limit too."""
+    rng = random.Random(31)
+    offer = make_offer("g5.xlarge")
+    settled = checked = 0
+    for _ in range(300):
+        currency, budget_currency, spent_currency = (rng.choice(("CNY", "USD")) for _ in range(3))
+        budget = f"{Decimal(rng.randrange(1, 10**6)).scaleb(-rng.choice((0, 2)))} {budget_currency}"
+        spent = rng.choice((None, f"{Decimal(rng.randrange(0, 10**7)).scaleb(-2)} {spent_currency}"))
+        book = CandidateBook([offer], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(currency=currency), None)
+        p = _Planning(make_job(budget=budget, spent=spent), book)
+        sc = p.scorer
+        g = book.matching(_filter(p.job, book.policy))[0][0]
+        t = sc.timing(g)
+        assert sc._budget is not None and t.hours > 0
+        limit = int((sc._budget.amount - (sc._spent or 0)) / sc._budget_rate * 100)  # type: ignore[operator]
+        for cents in {max(0, limit + d) for d in (-10**6, -1000, -2, -1, 0, 1, 2, 1000, 10**6)} | {0}:
+            exact = sc._budget_total(Decimal(cents).scaleb(-2)) > sc._budget.amount
+            assert sc.over_budget(g, t, cents) == exact, (budget, spent, currency, cents)
+            settled += not sc._within_at <= cents <= sc._over_at
+            checked += 1
+    assert settled > checked / 2, (settled, checked)
 
 
 def test_the_books_money_is_the_validated_money() -> None:
