@@ -59,6 +59,7 @@ _HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (
 # whole number of cents is a float exactly, and ``int(v + 0.5)`` is ``v``'s nearest whole number or, at a
 # half, not settled anyway. ``test_fast_paths`` checks it against the Decimal cost.
 _SCREEN_ERROR = 1e-15
+_NOTHING_AVOIDED: frozenset = frozenset()  # ``Scored.avoided``'s default
 _SCREEN_MAX = 1e15
 _isfinite = math.isfinite
 _on_spot = cost.on_spot
@@ -350,7 +351,7 @@ class Scorer:
 
     def _fit_hours(self, g: Group, key: int) -> float | None:
         """``_base_hours`` not read yet (``key``: ``g``'s est key)."""
-        est = self._estimates.get(key) or self._estimate(g, key)
+        est = self._estimates.get(key) or self._new_estimate(g, key)
         fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
         got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
@@ -359,14 +360,16 @@ class Scorer:
         """``perf``'s figures for ``g``'s setup (``key``: its est key, when the caller has read it)."""
         if key is None:
             key = g.est_keys[self._by_gpu]
-        est = self._estimates.get(key)
-        if est is None:
-            figures = self._figures or self._figures_for()
-            try:
-                est = figures(g.gpu, g.gpu_count, g.vcpus)
-            except UserError as exc:
-                est = _unsized(exc)
-            self._estimates[key] = est
+        return self._estimates.get(key) or self._new_estimate(g, key)
+
+    def _new_estimate(self, g: Group, key: int) -> Figures | str:
+        """``_estimate`` not made yet."""
+        figures = self._figures or self._figures_for()
+        try:
+            est: Figures | str = figures(g.gpu, g.gpu_count, g.vcpus)
+        except UserError as exc:
+            est = _unsized(exc)
+        self._estimates[key] = est
         return est
 
     def _figures_for(self) -> OnSetup:
@@ -476,7 +479,14 @@ class Scorer:
         """A group's cost and blockers, in full."""
         if prefix is None:
             prefix = _new(Prefix, (g.not_reserved, self.cents(g, t), g.not_warm, t.finish, g.provider, g.region))
-        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), prefix)
+        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        if g.slot is None and t.est_blocker is None and self._budget is None and g.until is None and not self.job.avoid:
+            # A new machine with no budget, avoiding nothing (most groups scored): late or not, what the steps
+            # below set, in one go.
+            late = t.late is not None
+            return Scored(g, t, hourly, prefix, False, None, False, late, _NOTHING_AVOIDED, None,
+                          g.runs.blocked if late else g.runs.open, late)
+        s = Scored(g, t, hourly, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:

@@ -105,6 +105,32 @@ def test_the_budget_screen_says_what_the_decimals_say() -> None:
     assert settled > checked / 2, (settled, checked)
 
 
+def test_a_new_machine_scored_in_one_go_is_what_the_general_steps_give() -> None:
+    """``Scorer._score`` scores a new machine of a job with no budget that avoids nothing in one go: its runs are
+    what ``Scored._runs`` works out, and its blockers only the timing's, late or not."""
+    entries = load_trace(STRESS)[:200]
+    offers = market(300)
+    now = max(e.at for e in entries)
+    book = CandidateBook(offers, [], now, PlannerPolicy(), None)
+    late = checked = 0
+    for i, e in enumerate(entries):
+        job = PlanJob(id=f"j{i}", spec=e.job.model_copy(update={"policy": e.job.policy.model_copy(
+            update={"budget": None})}), submitted_at=now - timedelta(hours=i % 30), deadline_at=None)
+        job = job.model_copy(update={"deadline_at": job.spec.deadline_at(job.submitted_at)})
+        p = _Planning(job, book)
+        for t, groups in p.ranking.bundles:
+            for g in groups:
+                if t.est_blocker is not None:
+                    continue
+                s = p.scorer._score(g, t)
+                assert (s.structural, s.late_only, s.reservation, s.over_budget, s.budget_total, s.avoided,
+                        s.taken_by) == (t.late is not None, t.late is not None, False, False, None, frozenset(), None)
+                assert s.runs == s._runs()
+                late += s.structural
+                checked += 1
+    assert checked > 1000 and 0 < late < checked, (checked, late)
+
+
 def test_the_books_money_is_the_validated_money() -> None:
     """``CandidateBook.money`` makes its Money without validating it (``book._money``): it equals, dumps and
     copies as the validated one, whatever the amount's digits and sign."""
