@@ -25,13 +25,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import IntEnum
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from scheduler.models import Capacity, Offer, Stock
 from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.allowed import OfferFilter
 from scheduler.planner.inputs import FleetSlot, PlannerPolicy, Source
+
+
+class Costed(Protocol):
+    """A candidate's cost as ``CandidateBook.money_of`` and ``more`` read it (a ``rank.Scored``): made when read."""
+
+    @property
+    def cost(self) -> Decimal: ...
 
 
 class Rank(IntEnum):
@@ -143,7 +150,37 @@ class Row(NamedTuple):
     bundle: list[Group]
 
 
-Timed = tuple[Row, list[list[Group]]]  # a timing's first row, and its bundles (``CandidateBook.rows``)
+class Timed(NamedTuple):
+    """A timing (``Group.timing_keys[by_gpu]``) of the bundles a filter lets through (``CandidateBook.rows``), as
+    ``heap.Ranking.needs`` and ``fastest`` read it."""
+
+    est_key: int  # ``Row.est_key``
+    start: float  # hours after now its machines start: boot_hours for new ones, none warm or reserved (``cost.start``)
+    spot: bool
+    group: Group  # its first bundle's first group
+    bundles: list[list[Group]]
+
+
+class Link(NamedTuple):
+    """A bundle of new machines in its ``Chain`` (``CandidateBook.rows``)."""
+
+    hourly: float  # its first group's hourly price for the job's nodes (``Row.hourly``), on spot times 1 +
+    # rate x nodes x restart_hours: x the estimate's hours, at or below the cost of each group (``heap.ranking``)
+    order: int  # ``Row.order``
+    bundle: list[Group]
+
+
+Chain = tuple[int, list[Link]]  # an est key (``Row.est_key``) and its bundles of new machines, by (hourly, order)
+
+
+class Rows(NamedTuple):
+    """What ``heap.ranking`` reads of the bundles a filter lets through, for a kind of job (``CandidateBook.rows``)."""
+
+    matching: list[list[Group]]
+    rows: list[Row]  # a row per bundle
+    timed: list[Timed]
+    chains: list[Chain]  # the bundles of new machines
+    slots: list[Row]  # the fleet slots' bundles
 
 
 class Filter(NamedTuple):
@@ -171,21 +208,22 @@ class Market:
         self._rates: dict[tuple[str, str], Decimal] = {}
         self._matching: dict[tuple[OfferFilter, frozenset[Capacity]], list[list[Group]]] = {}
         groups: dict[tuple, Group] = {}
+        spot, sold = Capacity.spot, Stock.sold_out
         for i, offer in enumerate(self.offers):
-            for j, cap in enumerate((Capacity.spot, Capacity.on_demand)):
+            for j, cap, value in _NEW_CAPACITIES:
                 price = offer.price(cap)
                 if price is None:
                     continue
                 money = price.per_hour
                 key = (offer.provider, offer.region, offer.gpu, offer.gpu_count, offer.vcpus,
-                       offer.spot_interruptions_per_hour if cap is Capacity.spot else None, cap,
+                       offer.spot_interruptions_per_hour if cap is spot else None, cap,
                        money.currency, str(money.amount))  # str: 1.0 and 1.00 print differently
                 g = groups.get(key)
                 if g is None:
                     g = groups[key] = _group(self.keys, policy, offer, cap, "new", money)
-                sold_out = offer.stock(cap) is Stock.sold_out
-                g.members.append(Member(offer, f"{offer.key}|{cap.value}", sold_out,
-                                        *_tail(self.keys, offer, g, sold_out, 2 * i + j)))
+                sold_out = offer.stock(cap) is sold
+                g.members.append(Member(offer, f"{offer.key}|{value}", sold_out,
+                                        *_tail(self.keys, offer, g, sold_out, 2 * i + j, value)))
         self.groups = list(groups.values())
         _finish(self.groups, 0)
 
@@ -247,9 +285,15 @@ def _group(keys: dict[tuple, int], policy: PlannerPolicy, offer: Offer, cap: Cap
     return g
 
 
-def _tail(keys: dict[tuple, int], offer: Offer, g: Group, sold_out: bool, seq: int) -> tuple[Tail, int]:
-    """A member's sort-key tail and its shape."""
-    cap, iid = g.capacity.value, g.instance_id or ""
+# New machines' capacities, with their input order (``Tail.seq``) and values: an enum member's ``value`` is a
+# Python property, and a market reads it twice per offer and capacity.
+_NEW_CAPACITIES = ((0, Capacity.spot, Capacity.spot.value), (1, Capacity.on_demand, Capacity.on_demand.value))
+
+
+def _tail(keys: dict[tuple, int], offer: Offer, g: Group, sold_out: bool, seq: int,
+          cap: str) -> tuple[Tail, int]:
+    """A member's sort-key tail and its shape; ``cap``: ``g.capacity.value``."""
+    iid = g.instance_id or ""
     shape = ("shape", offer.provider, offer.region, offer.instance_type, cap, g.source, iid)
     return (Tail(offer.zone, offer.instance_type, cap, g.source, iid, offer.gpu, offer.gpu_count,
                  sold_out, seq),
@@ -303,7 +347,10 @@ class CandidateBook:
         self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
-        self._rows: dict[tuple[Filter, int, int], tuple[list[list[Group]], list[Row], list[Timed]]] = {}
+        self._rows: dict[tuple[Filter, int, int], Rows] = {}
+        # ``plan._rows``: a job's rows by what its filter and kind are made from (making a Filter, and hashing
+        # one, cost more than a flat key of the job file's fields).
+        self.by_job: dict[tuple, Rows] = {}
         keys = dict(market.keys)  # the slots' keys numbered after the market's, as if grouped with them
         base = 2 * len(offers)
         slot_groups: list[Group] = []
@@ -313,7 +360,8 @@ class CandidateBook:
                 continue  # a warm machine we cannot price cannot be compared
             g = _group(keys, policy, slot.offer, slot.capacity, slot.kind, None if price is None else price.per_hour)
             g.slot, g.instance_id, g.until = i, slot.instance_id, slot.until
-            g.members.append(Member(slot.offer, None, False, *_tail(keys, slot.offer, g, False, base + i)))
+            g.members.append(Member(slot.offer, None, False,
+                                    *_tail(keys, slot.offer, g, False, base + i, g.capacity.value)))
             slot_groups.append(g)
         _finish(slot_groups, len(market.groups))
         self._slot_groups = slot_groups
@@ -339,25 +387,40 @@ class CandidateBook:
             self._matching[f] = got
         return got
 
-    def rows(self, f: Filter, nodes: int, by_gpu: int) -> tuple[list[list[Group]], list[Row], list[Timed]]:
+    def rows(self, f: Filter, nodes: int, by_gpu: int) -> Rows:
         """``matching(f)``, a ``Row`` per bundle of it (what ``heap.ranking`` reads of each for a job on
-        ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), and per timing
+        ``nodes`` whose estimates are keyed by ``Group.est_keys[by_gpu]``), per timing
         (``Group.timing_keys[by_gpu]``) its first row and its bundles (``heap.Ranking.needs`` and
-        ``fastest``); made once per plan() call."""
+        ``fastest``), the bundles of new machines in a ``Chain`` per est key, and the fleet slots' rows;
+        made once per plan() call."""
         key = (f, nodes, by_gpu)
         got = self._rows.get(key)
         if got is None:
             matching = self.matching(f)
-            rows = []
-            timings: dict[int, tuple[Row, list[list[Group]]]] = {}
+            rows, slots = [], []
+            timings: dict[int, Timed] = {}
+            chains: dict[int, list[Link]] = {}
+            restart, boot = self.policy.restart_hours, self.policy.boot_hours
             for bundle in matching:
                 g = bundle[0]
                 hourly = None if g.slot is not None else self.hourly_f(g, nodes)
                 row = Row(g.est_keys[by_gpu], hourly, g.rate if g.capacity is Capacity.spot else 0.0, -1 - g.index,
                           bundle)
                 rows.append(row)
-                timings.setdefault(g.timing_keys[by_gpu], (row, []))[1].append(bundle)
-            got = self._rows[key] = (matching, rows, list(timings.values()))
+                timed = timings.get(g.timing_keys[by_gpu])
+                if timed is None:
+                    timed = timings[g.timing_keys[by_gpu]] = Timed(row.est_key, boot if g.not_warm else 0.0,
+                                                                   g.capacity is Capacity.spot, g, [])
+                timed.bundles.append(bundle)
+                if hourly is None:
+                    slots.append(row)
+                else:
+                    chains.setdefault(row.est_key, []).append(
+                        Link(hourly * (1.0 + row.spot_rate * nodes * restart) if row.spot_rate else hourly, row.order,
+                             bundle))
+            for links in chains.values():
+                links.sort(key=lambda link: link[:2])
+            got = self._rows[key] = Rows(matching, rows, list(timings.values()), list(chains.items()), slots)
         return got
 
     def in_now_zone(self, dt: datetime) -> datetime:
@@ -378,18 +441,26 @@ class CandidateBook:
         One per distinct time left: jobs submitted together with the same relative deadline share it, and
         a timedelta times a float is among the slowest things a job's scoring does."""
         left = deadline - self.now
+        if left <= _NO_TIME:
+            return _NO_TIME  # ``deadline_safety`` x nothing: most of a month-old queue, each with its own time left
         m = self._margins.get(left)
         if m is None:
-            m = self._margins[left] = self.policy.deadline_safety * max(left, timedelta(0))
+            m = self._margins[left] = self.policy.deadline_safety * left
         return m
 
-    def more(self, cents: int, cost: Decimal, best: Decimal) -> str:
-        """A feasible runner-up's why: ``cost`` is ``cents`` (> 0) more than the choice's ``best`` (costs to the
-        cent, policy currency: their difference is ``cents`` hundredths, and prints alike whatever the costs)."""
+    def more(self, cents: int, s: Costed, best: Costed) -> str:
+        """A feasible runner-up's why: ``s`` costs ``cents`` (> 0) more than the choice, ``best`` (costs to the
+        cent, policy currency: their difference is ``cents`` hundredths, and prints alike whatever the costs;
+        their Decimals are read only for a difference not seen yet)."""
         text = self._more.get(cents)
         if text is None:
-            text = self._more[cents] = f"feasible; {self.money(cost - best)} more"
+            text = self._more[cents] = f"feasible; {self.money(s.cost - best.cost)} more"
         return text
+
+    def money_of(self, cents: int, s: Costed) -> Money:
+        """``money(s.cost, cents)``, reading ``s.cost`` only for an amount not made yet (``cents``: its cents)."""
+        m = self._money.get(cents) if cents else None
+        return self.money(s.cost, cents) if m is None else m
 
     def money(self, cost: Decimal, cents: int = 0) -> Money:
         """``cost`` (to the cent, policy currency) as Money; one object per amount: costs repeat across jobs.
@@ -398,7 +469,24 @@ class CandidateBook:
         key: int | str = cents or str(cost)
         m = self._money.get(key)
         if m is None:
-            m = self._money[key] = Money(amount=cost, currency=self.policy.currency)
+            m = self._money[key] = _money(cost, self.policy.currency)
         return m
+
+
+_NO_TIME = timedelta(0)
+_new, _set = object.__new__, object.__setattr__
+_MONEY_FIELDS = set(Money.model_fields)  # never changed: shared by every ``_money``, as ``plan.built`` shares
+
+
+def _money(amount: Decimal, currency: str) -> Money:
+    """``Money(amount=amount, currency=currency)`` for a Decimal (validation keeps the object) and the policy's
+    currency (validated with it), without validating them again: ``plan.built``'s way, a third of the time, for
+    the ~4,000 amounts a big queue's options show (``test_fast_paths`` checks it)."""
+    m = _new(Money)
+    _set(m, "__dict__", {"amount": amount, "currency": currency})
+    _set(m, "__pydantic_fields_set__", _MONEY_FIELDS)
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
 
 

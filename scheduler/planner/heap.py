@@ -8,7 +8,7 @@ reached yet.
 
 Laziness: a bundle of new machines (the groups that share a timing) enters the
 heap as one ``Placeholder``, floored from the estimate's hours in float arithmetic
-(``_floor_cents``: no Decimal for a bundle never reached; spot's with its
+(``_floor_cents``: no cost for a bundle never reached; spot's with its
 reclaims' restarts added), and is timed and priced group by group only when the
 ranking reaches it (``Ranking._expand``); most bundles of most jobs never are.
 What ``ranking`` reads of a bundle is read once per call (``CandidateBook.rows``).
@@ -29,9 +29,8 @@ from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple, final
 
 from scheduler.models import Capacity
-from scheduler.planner import cost
-from scheduler.planner.book import Filter, Group, Line, Member, Rank, Tail, Timed
-from scheduler.planner.rank import _HUNDRED, Pick, Prefix, Scored, Scorer, Timing
+from scheduler.planner.book import Group, Line, Link, Member, Rank, Rows, Tail, Timed
+from scheduler.planner.rank import _SCREEN_ERROR, _SCREEN_MAX, Pick, Prefix, Scored, Scorer, Timing
 
 _new = tuple.__new__  # ``_new(Entry, (...))`` is ``Entry(...)`` without NamedTuple's Python-level ``__new__``:
 # the hot loops below make a heap entry per line of candidates, tens of thousands a call.
@@ -96,6 +95,9 @@ class Placeholder(NamedTuple):
     tail: tuple[()]
     order: int  # -1 - the bundle's first group's index
     bundle: list[Group]
+    chain: list[Link]  # the bundle's chain (``ranking``): the next link enters the heap when this one leaves it
+    next: int  # the next link's index in ``chain``
+    hours: float  # the estimate's hours for the chain's setup
 
 
 class Ranking:
@@ -113,23 +115,31 @@ class Ranking:
         self._matching, self._timed = matching, timings  # the bundles; by timing (``CandidateBook.rows``)
         self._bundles: list[tuple[Timing, list[Group]]] | None = None
         self._heap = heap  # heapified
-        self._expanded: dict[int, list[Entry]] = {}  # Placeholder.order -> its bundle's entries
+        # Placeholder.order -> its bundle's entries, and the placeholder of the next link of its chain
+        self._expanded: dict[int, list[Entry | Placeholder]] = {}
 
-    def _expand(self, p: Placeholder) -> list[Entry]:
-        """A placeholder's candidates: its bundle timed, and its groups' heap entries (made once)."""
+    def _expand(self, p: Placeholder) -> list[Entry | Placeholder]:
+        """A placeholder's candidates: its bundle timed, and its groups' heap entries; then the next bundle of
+        its chain, as a placeholder (made once)."""
         entries = self._expanded.get(p.order)
         if entries is None:
             entries = self._expanded[p.order] = []
             sc = self.scorer
             _add_entries(sc, entries, p.bundle, sc.timing(p.bundle[0]))
+            chain, i = p.chain, p.next
+            if i < len(chain):
+                hourly, order, bundle = chain[i]
+                entries.append(_new(Placeholder, (p.rank, (True, _math_floor(hourly * p.hours * _CENTS_UNDER)), (),
+                                                  order, bundle, chain, i + 1, p.hours)))
         return entries
 
     def _settle(self, heap: list[Entry | Placeholder]) -> None:
         """Expand placeholders at the top of ``heap`` until a candidate's line is there (or nothing is)."""
         while heap and type(top := heap[0]) is Placeholder:
-            heapq.heappop(heap)  # returns top
-            for entry in self._expand(top):
-                heapq.heappush(heap, entry)
+            entries = self._expand(top)  # never empty: a bundle has groups, and a group members
+            heapq.heapreplace(heap, entries[0])  # pops top
+            for k in range(1, len(entries)):
+                heapq.heappush(heap, entries[k])
 
     @property
     def bundles(self) -> list[tuple[Timing, list[Group]]]:
@@ -140,11 +150,10 @@ class Ranking:
                              for groups in self._matching]
         return self._bundles
 
-    def needs(self, boot: float, stretch: float) -> list[tuple[float, Group]]:
+    def needs(self, stretch: float) -> list[tuple[float, Timed]]:
         """For a job with a deadline, per timing it can run on that may be the fastest: its ``Timing.needed``
-        in hours after now as floats compute it, and a group that has it (``plan._soonest`` makes those
-        within ``need_tolerance`` of the least). ``boot``: a new machine's hours to start; ``stretch``:
-        1 / (1 - deadline_safety).
+        in hours after now as floats compute it, and the timing's ``Timed`` (``plan._soonest`` makes those
+        within ``need_tolerance`` of the least). ``stretch``: 1 / (1 - deadline_safety).
 
         Off spot, the finish is the start plus the estimate's hours, stretched. On spot, interruptions only
         add to the hours and the bad case has at least one restart more, so spot's is at least the larger of
@@ -152,28 +161,27 @@ class Ranking:
         timing whose bound is past what the others allow is left out without working out its interruptions."""
         sc = self.scorer
         base_of, restart = sc._base, sc._restart_hours
-        out: list[tuple[float, Group]] = []
-        spot: list[tuple[float, float, float, Group]] = []
+        out: list[tuple[float, Timed]] = []
+        spot: list[tuple[float, float, Timed]] = []
         least = math.inf
-        for row, _ in self._timed:
-            g = row.bundle[0]
-            base = base_of.get(row.est_key, False)
+        for timed in self._timed:
+            key, start, on_spot = timed[:3]  # ``start``: as rank.Scorer._time's
+            base = base_of.get(key, False)
             if base is False:
-                base = sc._fit_hours(g, row.est_key)
+                base = sc._fit_hours(timed.group, key)
             if base is None:
                 continue  # the job cannot run there
-            start = boot if g.not_warm else 0.0  # as rank.Scorer._time's
-            if g.capacity is _SPOT:
-                spot.append((max((start + base) * stretch, start + (base + restart)), base, start, g))
+            if on_spot:
+                spot.append((max((start + base) * stretch, start + (base + restart)), base, timed))
             else:
                 need = (start + base) * stretch
-                out.append((need, g))
+                out.append((need, timed))
                 if need < least:
                     least = need
         cutoff = least + need_tolerance(least, stretch)
-        for bound, base, start, g in spot:
+        for bound, base, timed in spot:
             if bound <= cutoff:
-                out.append((sc.spot_need_hours(g, base, start, stretch), g))
+                out.append((sc.spot_need_hours(timed.group, base, timed.start, stretch), timed))
         return out
 
     @property
@@ -231,25 +239,23 @@ class Ranking:
                 self._settle(heap)
         return out
 
-    def fastest(self, fastest: set[Timing]) -> tuple[Group, Member, Timing]:
-        """The best candidate whose timing is one of ``fastest`` (made, and late: ``plan._deadline_refusal``): its
-        group, member and timing.
+    def fastest(self, fastest: list[tuple[Timing, Timed]]) -> tuple[Group, Member, Timing]:
+        """The best candidate of the timings ``fastest`` (made, and late: ``plan._soonest``'s): its group, member
+        and timing.
 
         Every line of a late timing is BLOCKED whatever it costs, and a bundle's costs never fall, so the
         best is among each bundle's cheapest groups (``_add_cheapest_late``). Bundles are taken by
         a floor of their cost (``_floor_cents`` of the timing's hours), cheapest first, and only while that
         floor is not past the best found, so most are never costed."""
         sc = self.scorer
-        timings, nodes, hourly_f, by_gpu = sc._timings, sc._nodes, sc.book.hourly_f, sc._by_gpu
+        nodes, hourly_f = sc._nodes, sc.book.hourly_f
         floors: list[tuple[bool, int, int, list[Group], Timing]] = []
-        for row, bundles in self._timed:
-            t = timings.get(row.bundle[0].timing_keys[by_gpu])
-            if t is not None and t in fastest:
-                assert t.late is not None and t.est_blocker is None
-                for bundle in bundles:
-                    g = bundle[0]
-                    floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
-                                   bundle, t))
+        for t, timed in fastest:
+            assert t.late is not None and t.est_blocker is None
+            for bundle in timed.bundles:
+                g = bundle[0]
+                floors.append((g.not_reserved, _math_floor(hourly_f(g, nodes) * t.hours * _CENTS_UNDER), g.index,
+                               bundle, t))
         floors.sort()  # (a group's index is its own: nothing after it is compared)
         top: Entry | None = None
         found: list[Entry] = []
@@ -269,42 +275,55 @@ class Ranking:
         if not self._heap:
             return None
         r, prefix, _, _, line, g, t = self._heap[0]  # type: ignore[misc]  # settled: a candidate's line on top
-        return Pick(self.scorer.scored(g, t, prefix), line.members[0], r)
+        return _new(Pick, (self.scorer.scored(g, t, prefix), line.members[0], r))
 
 
 # --- building a ranking --------------------------------------------------------------
 
 
-def ranking(sc: Scorer, f: Filter) -> Ranking:
-    """Every candidate ``f`` lets through for ``sc``'s job, in a heap; most groups get no ``Scored`` (see
-    ``_enter``), and a bundle of new machines enters as one ``Placeholder`` until the ranking reaches it."""
+def ranking(sc: Scorer, rows: Rows) -> Ranking:
+    """Every candidate a filter lets through for ``sc``'s job (``rows``: ``CandidateBook.rows`` of that filter for
+    the job's nodes and kind), in a heap; most groups get no ``Scored`` (see
+    ``_enter``), and a bundle of new machines enters as one ``Placeholder`` when the ranking nears it.
+
+    The bundles of new machines of one setup (est key: the same estimated hours) form a chain, by their
+    first group's price (``book.Link.hourly``: on spot with a floor of its reclaims' restarts, ``cost.on_spot``'s
+    n x restart_hours, which lost work only adds to), the same for every job of a kind and filter: their
+    floors (``_floor_cents`` of that price and the estimate's hours) never fall along it. Only a chain's first
+    bundle enters the heap; each enters when the one before it leaves (``Ranking._expand``), so every bundle
+    not in the heap sorts after one that is, and the ranking is the same; most bundles of most jobs never
+    enter. An avoiding job, a setup the job cannot run on and fleet slots enter in full."""
     heap: list[Entry | Placeholder]
-    book = sc.book
-    matching, rows, timings = book.rows(f, sc._nodes, sc._by_gpu)
+    matching, every, timings, chains, slots = rows
     heap = []
-    floor, below = _math_floor, _CENTS_UNDER
-    base, nodes, restart = sc._base, sc._nodes, sc._restart_hours  # read once: this loop runs for every
-    # bundle of every job
+    if sc.job.avoid:  # an avoiding job scores every group in full (``Scored.avoided``)
+        for row in every:
+            _enter_bundle(sc, row.bundle, heap)
+        heapq.heapify(heap)
+        return Ranking(sc, matching, timings, heap)
+    base = sc._base
     best = _BLOCKED if sc.past_deadline else _FEASIBLE  # the best rank a placeholder's candidates have
-    lazy = not sc.job.avoid  # an avoiding job scores every group in full (``Scored.avoided``)
-    for key, hourly, spot_rate, order, bundle in rows:
-        if lazy and hourly is not None:
-            hours: float | Literal[False] | None = base.get(key, False)
-            if hours is False:
-                hours = sc._fit_hours(bundle[0], key)
-            if hours is not None:
-                if spot_rate:
-                    # At or below spot's expected hours (``cost.on_spot``: the same n x restart_hours, to
-                    # the bit, and lost work only adds): a floor nearer the cost, reached later.
-                    hours = hours + hours * (spot_rate * nodes) * restart
-                least: Floor = (True, floor(hourly * hours * below))  # new machines: ``_floor_cents``, inline
-                heap.append(_new(Placeholder, (best, least, (), order, bundle)))
-                continue
-        t = sc.timing(bundle[0])
-        for g in bundle:
-            _enter(sc, g, t, heap)
+    for key, chain in chains:
+        hours: float | Literal[False] | None = base.get(key, False)
+        if hours is False:
+            hours = sc._fit_hours(chain[0].bundle[0], key)
+        if hours is None:
+            for link in chain:
+                _enter_bundle(sc, link.bundle, heap)
+            continue
+        hourly, order, bundle = chain[0]
+        heap.append(_new(Placeholder, (best, (True, _math_floor(hourly * hours * _CENTS_UNDER)), (), order, bundle,
+                                       chain, 1, hours)))  # ``_floor_cents``, inline
+    for row in slots:
+        _enter_bundle(sc, row.bundle, heap)
     heapq.heapify(heap)
     return Ranking(sc, matching, timings, heap)
+
+
+def _enter_bundle(sc: Scorer, bundle: list[Group], heap: list[Entry | Placeholder]) -> None:
+    t = sc.timing(bundle[0])
+    for g in bundle:
+        _enter(sc, g, t, heap)
 
 
 def _enter(sc: Scorer, g: Group, t: Timing, heap: list[Entry | Placeholder]) -> None:
@@ -329,19 +348,24 @@ def _add_entries(sc: Scorer, out: list[Entry] | list[Entry | Placeholder], group
     rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
     for a bundle, as this runs for every group a ranking reaches."""
     blocked, late, budget = t.est_blocker is not None, t.late is not None, sc._budget
-    hours, nodes, finish = t.hours_dec, sc._nodes, t.finish
-    expected_cost = cost.expected_cost
+    hours, nodes, finish = t.hours * 100.0, sc._nodes, t.finish
+    hourly_f = sc.book.hourly_f
     for g in groups:
-        hourly = g.hourly.get(nodes) or sc.book.hourly(g, nodes)
-        c = expected_cost(hourly.amount, hours)
+        v = (g.hourly_f.get(nodes) or hourly_f(g, nodes)) * hours  # ``Scorer.cents`` (``rank.float_cents``), inline
+        if 0.0 < v < _SCREEN_MAX:
+            cents = int(v + 0.5)
+            m = 0.5 - _SCREEN_ERROR * v
+            if not -m < v - cents < m:
+                cents = sc.exact_cents(g, t)
+        else:
+            cents = sc.exact_cents(g, t)
         if blocked:
             runs = g.runs.cannot_run
-        elif late or (budget is not None and sc._budget_total(c) > budget.amount):
+        elif late or (budget is not None and sc.over_budget(g, t, cents)):
             runs = g.runs.blocked  # late or over budget (a new machine has no reservation to outlast)
         else:
             runs = g.runs.open
-        prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                               g.region))  # as rank.Scorer._score's
+        prefix = _new(Prefix, (g.not_reserved, cents, g.not_warm, finish, g.provider, g.region))  # as _score's
         for r, line in runs:
             out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 
@@ -352,17 +376,14 @@ def _add_cheapest_late(sc: Scorer, out: list[Entry], groups: Sequence[Group], t:
     ``groups`` (a bundle, sorted by price) have costs that never fall, so only the groups at the
     first one's cost can come first (the rest of the key breaks ties among them). A refusal past the
     deadline looks for the fastest option this way without costing every group of its bundle."""
-    hours, nodes, finish = t.hours_dec, sc._nodes, t.finish
-    expected_cost, cheapest = cost.expected_cost, None
+    finish, cheapest = t.finish, None
     for g in groups:
-        hourly = g.hourly.get(nodes) or sc.book.hourly(g, nodes)
-        c = expected_cost(hourly.amount, hours)
+        cents = sc.cents(g, t)
         if cheapest is None:
-            cheapest = c
-        elif c > cheapest:
+            cheapest = cents
+        elif cents > cheapest:
             break
-        prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, finish, g.provider,
-                               g.region))  # as rank.Scorer._score's
+        prefix = _new(Prefix, (g.not_reserved, cents, g.not_warm, finish, g.provider, g.region))  # as _score's
         for r, line in g.runs.blocked:
             out.append(_new(Entry, (r, prefix, line.members[0].tail, 0, line, g, t)))
 

@@ -59,7 +59,7 @@ from typing import Literal, TypedDict, TypeVar, Unpack
 from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
-from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank
+from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank, Rows
 from scheduler.planner.heap import need_tolerance, ranking
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, Source, TeamBudget
 from scheduler.planner.rank import Pick, Scored, Scorer, Timing
@@ -198,6 +198,19 @@ def _filter(job: PlanJob, policy: PlannerPolicy) -> Filter:
     return _new_tuple(Filter, (OfferFilter.of(spec), capacities, spec.resources.nodes == 1))  # Filter(...), faster
 
 
+def _rows(job: PlanJob, book: CandidateBook, by_gpu: int) -> Rows:
+    """``book.rows(_filter(job, book.policy), nodes, by_gpu)``, kept in the book by every field of the job
+    that ``_filter`` reads: jobs of one filter and kind share it."""
+    spec = job.spec
+    res, where, policy = spec.resources, spec.where, spec.policy
+    key = (res.gpus, res.gpu_count, where.providers, where.regions, res.nodes, policy.capacity, policy.max_restarts,
+           job.preemptions, job.restarts, by_gpu)
+    got = book.by_job.get(key)
+    if got is None:
+        got = book.by_job[key] = book.rows(_filter(job, book.policy), res.nodes, by_gpu)
+    return got
+
+
 def _canonical_fleet(fleet: Sequence[FleetSlot]) -> list[FleetSlot]:
     return sorted(
         fleet,
@@ -211,10 +224,11 @@ class _Planning:
 
     __slots__ = ("job", "book", "scorer", "ranking")
 
-    def __init__(self, job: PlanJob, book: CandidateBook) -> None:
+    def __init__(self, job: PlanJob, book: CandidateBook, deadline: datetime | None = None) -> None:
+        """``deadline``: the job's in ``now``'s zone object (``CandidateBook.in_now_zone``), when the caller has it."""
         self.job, self.book = job, book
-        self.scorer = Scorer(book, job)
-        self.ranking = ranking(self.scorer, _filter(job, book.policy))
+        self.scorer = Scorer(book, job, deadline)
+        self.ranking = ranking(self.scorer, _rows(job, book, self.scorer._by_gpu))
 
     def option(self, pick: Pick, choice: Pick | None = None) -> Option:
         """The ``Option`` a candidate makes: every option the planner shows is made here.
@@ -228,23 +242,30 @@ class _Planning:
             why = _choice_why(s, self.job) if pick is choice else self._versus(s, choice.scored)
         elif s.late_only and not mem.sold_out:  # most blocked options: just late (a job past its deadline)
             sc = self.scorer  # the one blocker ``Scored.blockers`` lists, without the list
-            why = t.late_blocker(sc.deadline, sc.margin).text  # type: ignore[arg-type]  # late: a deadline
+            why = t.late_text(sc.deadline, sc.margin)  # type: ignore[arg-type]  # late: a deadline
         else:
             blockers = s.blockers(mem, self.scorer)
             why = "; ".join(b.text for b in blockers) if blockers else "feasible"
+        # The member's fields, then the rest in field order (item by item: faster than ``{**fields, ...}``).
         hours, interruptions = t.shown
-        return built(Option, {**mem.option_fields, "est_hours": hours, "price_per_hour": s.hourly,
-                              "est_cost": self.book.money(s.cost, s.prefix.cents), "finish_by": t.finish,
-                              "expected_interruptions": interruptions, "physical_batch": t.physical_batch,
-                              "feasible": feasible, "why": why})
+        fields = mem.option_fields.copy()
+        fields["est_hours"] = hours
+        fields["price_per_hour"] = s.hourly
+        fields["est_cost"] = self.book.money_of(s.prefix.cents, s)
+        fields["finish_by"] = t.finish
+        fields["expected_interruptions"] = interruptions
+        fields["physical_batch"] = t.physical_batch
+        fields["feasible"] = feasible
+        fields["why"] = why
+        return built(Option, fields)
 
     def _versus(self, s: Scored, best: Scored) -> str:
         """A feasible runner-up's why: what it costs more than the choice, or when it finishes."""
         extra = s.prefix.cents - best.prefix.cents
         if extra > 0:
-            return self.book.more(extra, s.cost, best.cost)
+            return self.book.more(extra, s, best)
         later = (s.timing.finish - best.timing.finish).total_seconds() / 3600
-        return f"feasible; same cost, finishes {abs(later):.1f} h {'later' if later >= 0 else 'earlier'}"
+        return "feasible; same cost, finishes %.1f h %s" % (abs(later), "later" if later >= 0 else "earlier")
 
 
 # --- public API -------------------------------------------------------------------
@@ -288,11 +309,15 @@ def _plan(jobs: Sequence[PlanJob], offers: Sequence[Offer], fleet: Sequence[Flee
           policy: PlannerPolicy, measured: Measured | None, team_budgets: Mapping[str, TeamBudget] | None,
           alternatives: int, market: Market | None) -> list[Decision]:
     book = CandidateBook(offers, _canonical_fleet(fleet), now, policy, measured, market)
-    left = {team: b.left for team, b in (team_budgets or {}).items()}
+    budgets = team_budgets or {}
+    left = {team: b.left for team, b in budgets.items()}
     decisions = []
-    for job in sorted(jobs, key=lambda job: _planning_order(job, book.in_now_zone)):
-        decision, slot = _decide(_Planning(job, book), alternatives)
-        budget = (team_budgets or {}).get(job.spec.team)
+    zone = book.in_now_zone
+    keys = [_planning_order(job, zone) for job in jobs]
+    for i in sorted(range(len(keys)), key=keys.__getitem__):  # as sorted(jobs, key=...): stable
+        job, key = jobs[i], keys[i]
+        decision, slot = _decide(_Planning(job, book, None if key[1] else key[2]), alternatives)
+        budget = budgets.get(job.spec.team) if budgets else None
         if budget is not None and decision.choice is not None and decision.action in ("launch", "reuse"):
             decision, fits = _within_team_budget(decision, job.spec.team, budget, left, policy.fx)
             if not fits:
@@ -321,7 +346,8 @@ def _within_team_budget(d: Decision, team: str, budget: TeamBudget, left: dict[s
 
 
 def _planning_order(job: PlanJob, zone: Callable[[datetime], datetime]) -> tuple:
-    """``zone``: ``CandidateBook.in_now_zone``, the same instants, compared faster."""
+    """``zone``: ``CandidateBook.in_now_zone``, the same instants, compared faster (``_plan`` hands the
+    deadline so moved, the third item, on to the job's ``Scorer``)."""
     deadline, submitted = job.deadline_at, zone(job.submitted_at)
     return (-job.spec.policy.priority, deadline is None, submitted if deadline is None else zone(deadline), submitted,
             job.id)
@@ -367,9 +393,9 @@ def _choice_why(s: Scored, job: PlanJob) -> str:
 
 
 def _choice_reason(o: Option, job: PlanJob) -> str:
-    plan_text = f"~{o.est_hours:.1f} h, ~{o.est_cost}, done by {_fmt_time(o.finish_by)}"
+    plan_text = "~%.1f h, ~%s, done by %s" % (o.est_hours, o.est_cost, _fmt_time(o.finish_by))  # as rank.fmt_time's
     if o.expected_interruptions >= 0.05:
-        plan_text += f", ~{o.expected_interruptions:.1f} spot interruptions expected"
+        plan_text += ", ~%.1f spot interruptions expected" % o.expected_interruptions
     if o.source == "warm":
         return f"reusing warm instance {o.instance_id} ({_label(o)}), no boot: {plan_text}"
     if o.capacity is Capacity.reserved:
@@ -423,9 +449,9 @@ def _refusal(p: _Planning, first: Pick) -> str:
 
 
 def _deadline_refusal(p: _Planning) -> str:
-    policy = p.book.policy
-    soonest, fastest = _soonest(p.ranking.needs(policy.boot_hours, 1 / (1 - policy.deadline_safety)), p.book.now,
-                                policy.deadline_safety, p.scorer.timing)
+    policy, timing = p.book.policy, p.scorer.timing
+    soonest, fastest = _soonest(p.ranking.needs(1 / (1 - policy.deadline_safety)), p.book.now,
+                                policy.deadline_safety, lambda timed: timing(timed.group))
     g, mem, t = p.ranking.fastest(fastest)
     deadline = p.scorer.deadline
     assert deadline is not None
@@ -439,9 +465,9 @@ def _deadline_refusal(p: _Planning) -> str:
 
 
 def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
-             timing: Callable[[_T], Timing]) -> tuple[datetime, set[Timing]]:
-    """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, by
-    identity (``Timing`` compares so; ``heap.Ranking.fastest`` looks them up).
+             timing: Callable[[_T], Timing]) -> tuple[datetime, list[tuple[Timing, _T]]]:
+    """The earliest deadline any timing meets (``Timing.needed``), and the timings that meet it, each with what
+    it was made from (``heap.Ranking.fastest`` reads their bundles there).
 
     ``needs``: per timing that may be the fastest, its ``needed`` in hours after ``now`` as floats compute
     it (``heap.Ranking.needs``), and what ``timing`` makes it from. Only the timings whose float is within
@@ -450,16 +476,16 @@ def _soonest(needs: Sequence[tuple[float, _T]], now: datetime, safety: float,
     least = min(need for need, _ in needs)
     cutoff = least + need_tolerance(least, 1 / (1 - safety))
     soonest: datetime | None = None
-    fastest: set[Timing] = set()
+    fastest: list[tuple[Timing, _T]] = []
     for approx, x in needs:
         if approx > cutoff:
             continue
         t = timing(x)
         need = t.needed(now, safety)
         if soonest is None or need < soonest:
-            soonest, fastest = need, {t}
+            soonest, fastest = need, [(t, x)]
         elif need == soonest:
-            fastest.add(t)
+            fastest.append((t, x))
     assert soonest is not None  # a deadline refusal has a timing that can run
     return soonest, fastest
 
@@ -560,5 +586,7 @@ def _pick_label(g: Group, mem: Member) -> str:
 
 
 def _ceil_minute(dt: datetime) -> datetime:
-    floored = dt.replace(second=0, microsecond=0)
-    return floored if floored == dt else floored + timedelta(minutes=1)
+    """``dt`` rounded up to the minute: ``dt.replace(second=0, microsecond=0)`` plus a minute where that is
+    earlier, by one addition (wall-clock arithmetic as that addition's, without ``replace``'s keywords)."""
+    second, micro = dt.second, dt.microsecond
+    return dt + timedelta(0, 60 - second, -micro) if second or micro else dt

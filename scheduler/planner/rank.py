@@ -19,12 +19,12 @@ only for the timings ``heap.Ranking.needs`` screens in floats.
 
 The order, as if every candidate were scored and sorted: ``Rank`` (feasible, only
 transient blockers, other blockers, memory / estimate blockers), reserved capacity
-first, expected cost (its whole cents first: ``Prefix.cents``, an int compares
-faster), warm first, finish, then the candidate's identity (provider,
-region, zone, type, capacity, source, instance, gpu, count, sold out last), then input order
-(offers, then canonical fleet slots) for exact ties: a ``SortKey``, ``(rank,
-Prefix, book.Tail)``; ``heap.Entry`` and ``heap.Placeholder`` begin with the same
-three fields.
+first, expected cost (as whole cents, ``Prefix.cents``: an int compares faster, and
+floats settle most without the Decimal formula, ``float_cents``), warm first, finish,
+then the candidate's identity (provider, region, zone, type, capacity, source,
+instance, gpu, count, sold out last), then input order (offers, then canonical
+fleet slots) for exact ties: a ``SortKey``, ``(rank, Prefix, book.Tail)``;
+``heap.Entry`` and ``heap.Placeholder`` begin with the same three fields.
 
 Everything here lives for one ``plan()`` call: no module-level state.
 """
@@ -51,6 +51,16 @@ BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 _HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (``Prefix.cents``)
+# ``Scorer.cents`` from floats: a price and hours as floats are within 2^-53 of the Decimals the cost formula
+# reads (the hours' repr is the nearest decimal that reads back as the float), and two float products add
+# two roundings of 2^-53: the float cents are within 4.5e-16 of the exact product x 100, relatively (the
+# Decimal product's own rounding, at 28 digits, is far less). Rounding to the cent is then settled unless
+# the float is within that of a half cent; ``_SCREEN_ERROR`` is twice it. Below ``_SCREEN_MAX`` every
+# whole number of cents is a float exactly, and ``int(v + 0.5)`` is ``v``'s nearest whole number or, at a
+# half, not settled anyway. ``test_fast_paths`` checks it against the Decimal cost.
+_SCREEN_ERROR = 1e-15
+_NOTHING_AVOIDED: frozenset = frozenset()  # ``Scored.avoided``'s default
+_SCREEN_MAX = 1e15
 _isfinite = math.isfinite
 _on_spot = cost.on_spot
 # ``timedelta(hours=h)`` is ``_td(0, 0, 0, 0, 0, h)`` (days, seconds, microseconds, milliseconds, minutes, hours),
@@ -82,8 +92,10 @@ class Prefix(NamedTuple):
     """A group's sort key between the rank and a member's ``Tail``, shared by its members."""
 
     not_reserved: bool  # reserved capacity first: it costs nothing more
-    cents: int  # ``cost`` in cents: the same order, compared in a tenth of the time (a heap compares often)
-    cost: Decimal  # expected cost, policy currency, to the cent (``cost.expected_cost``)
+    # The expected cost (``cost.expected_cost``, to the cent) in whole cents: the cost is its cents, so
+    # the same order, and an int compares in a tenth of the time (a heap compares often). ``Scored.cost``
+    # is the Decimal, made only for a group scored in full (``Scorer.cost_of``).
+    cents: int
     not_warm: bool  # a warm machine wins a cost tie: no boot
     finish: datetime
     provider: str
@@ -123,7 +135,7 @@ class Timing:
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
     worst: datetime | None  # spot with a deadline: the finish of the bad case (``cost.on_spot``)
     physical_batch: int | None
-    _late_blocker: Blocker | None = None
+    _late_text: str | None = None
     _needed: datetime | None = None
     _shown: tuple[float, float] | None = None
 
@@ -154,9 +166,15 @@ class Timing:
         return self._needed
 
     def late_blocker(self, deadline: datetime, margin: timedelta) -> Blocker:
-        """The deadline blocker's text (formatting is the slow part, so only for options shown); ``margin``:
-        the deadline's safety margin (``CandidateBook.margin``)."""
-        if self._late_blocker is None:
+        """The deadline blocker; ``margin``: the deadline's safety margin (``CandidateBook.margin``)."""
+        assert self.late is not None
+        return Blocker(self.late, self.late_text(deadline, margin))
+
+    def late_text(self, deadline: datetime, margin: timedelta) -> str:
+        """``late_blocker``'s text, made once (formatting is the slow part, so only for options shown; a just-late
+        option's why is this text alone, without a ``Blocker``)."""
+        text = self._late_text
+        if text is None:
             if self.late == "spot_risk":
                 assert self.worst is not None
                 text = ("too risky on spot: a late interruption would miss the deadline by "
@@ -166,9 +184,8 @@ class Timing:
             else:
                 text = (f"finishes {fmt_hours(deadline - self.finish)} before the deadline, "
                         f"inside the {fmt_hours(margin)} safety margin")
-            assert self.late is not None
-            self._late_blocker = Blocker(self.late, text)
-        return self._late_blocker
+            self._late_text = text
+        return text
 
 
 @dataclass(eq=False, slots=True)
@@ -178,7 +195,6 @@ class Scored:
     group: Group
     timing: Timing
     hourly: Money
-    cost: Decimal  # expected cost, policy currency, to the cent
     prefix: Prefix
     # Most groups of most jobs keep these defaults (``Scorer._score`` sets the rest).
     reservation: bool = False  # the reservation ends before the expected finish
@@ -189,6 +205,18 @@ class Scored:
     taken_by: str | None = None  # fleet slot held for another job
     runs: RankedLines = ()  # the members by rank
     late_only: bool = False  # the timing's deadline blocker is the group's only one (a member may be sold out)
+
+    @property
+    def cost(self) -> Decimal:
+        """Expected cost, policy currency, to the cent: ``cost.expected_cost``, whose cents the prefix has. Made
+        when read (most options show an amount the book has already made, ``CandidateBook.money_of``): the
+        Decimal of those cents where price and hours are positive (then the cost is, and a cost to the cent
+        is its cents); otherwise (reserved capacity, a zero or negative price a direct caller of plan()
+        could pass) the formula, which keeps the sign of a zero."""
+        t, amount = self.timing, self.hourly.amount
+        if t.hours > 0.0 and amount > 0:
+            return Decimal(self.prefix.cents).scaleb(-2)
+        return cost.expected_cost(amount, t.hours_dec)
 
     def blockers(self, mem: Member, sc: Scorer) -> list[Blocker]:
         """In the order the planner has always listed them (they join into ``Option.why``); ``sc``: the job's."""
@@ -244,9 +272,10 @@ class Scorer:
     # Slots: one a job, made and read in the planner's hottest paths.
     __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
                  "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
-                 "_budget_rate", "_spent")
+                 "_budget_rate", "_spent", "_within_at", "_over_at")
 
-    def __init__(self, book: CandidateBook, job: PlanJob) -> None:
+    def __init__(self, book: CandidateBook, job: PlanJob, deadline: datetime | None = None) -> None:
+        """``deadline``: ``book.in_now_zone(job.deadline_at)`` when the caller has it."""
         self.book, self.job = book, job
         self._estimates: dict[int, Figures | str] = {}
         self._base: dict[int, float | None] = {}  # est key -> _base_hours
@@ -259,7 +288,7 @@ class Scorer:
         # Whatever can run is late: every start is at or after now and takes some time (4 minutes or more).
         self.past_deadline = False
         if job.deadline_at is not None:
-            deadline = self.deadline = book.in_now_zone(job.deadline_at)
+            deadline = self.deadline = deadline or book.in_now_zone(job.deadline_at)
             self.margin = book.margin(deadline)
             cutoff = self._cutoff = deadline - self.margin
             self.past_deadline = cutoff <= book.now
@@ -271,10 +300,24 @@ class Scorer:
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
         self._budget_rate = self._spent = None  # policy currency -> budget currency; spent, in the budget's
+        self._within_at, self._over_at = -math.inf, math.inf  # ``over_budget``'s screen: none by default
         if self._budget is not None:
             self._budget_rate = book.rate(book.policy.currency, self._budget.currency)
             if job.spent is not None:
                 self._spent = job.spent.amount * book.rate(job.spent.currency, self._budget.currency)
+            self._budget_screen()
+
+    def _budget_screen(self) -> None:
+        """``over_budget``'s screen: the cents a cost may have, at most, to be within the budget, in floats
+        (budget less spent, over the rate), give or take a part in 1e9 of what they are made from, which is
+        far more than the floats' error (a few parts in 1e16 each, and the Decimals' own at 28 digits)."""
+        rate, spent = float(self._budget_rate), float(self._spent or 0)  # type: ignore[arg-type]  # set: a budget
+        budget = float(self._budget.amount)  # type: ignore[union-attr]
+        if rate > 0.0 and _isfinite(rate) and _isfinite(spent) and _isfinite(budget):
+            limit = (budget - spent) / rate * 100.0
+            slack = 1e-9 * (abs(budget) + abs(spent)) / rate * 100.0 + 1e-6
+            if _isfinite(limit) and _isfinite(slack):
+                self._within_at, self._over_at = limit - slack, limit + slack
 
     def scored(self, g: Group, t: Timing | None = None, prefix: Prefix | None = None) -> Scored:
         """``g`` scored in full (once); ``prefix``, when the caller has it (a heap entry's), is ``g``'s."""
@@ -284,8 +327,8 @@ class Scorer:
         return s
 
     def first_usable(self, f: Filter) -> Pick | None:
-        """``heap.ranking(self, f).first()`` when that is feasible or only waits on stock, else None, scoring
-        fewer groups."""
+        """``heap.ranking`` of ``f``'s rows, then its ``first()``, when that is feasible or only waits on stock,
+        else None, scoring fewer groups."""
         if self.past_deadline:
             return None  # no need to estimate what the relaxed filter adds
         heads: list[tuple[SortKey, Pick]] = []
@@ -308,7 +351,7 @@ class Scorer:
 
     def _fit_hours(self, g: Group, key: int) -> float | None:
         """``_base_hours`` not read yet (``key``: ``g``'s est key)."""
-        est = self._estimates.get(key) or self._estimate(g, key)
+        est = self._estimates.get(key) or self._new_estimate(g, key)
         fits = type(est) is Figures and est.fits and math.isfinite(est.hours)
         got = self._base[key] = est.hours if fits else None  # type: ignore[union-attr]
         return got
@@ -317,14 +360,16 @@ class Scorer:
         """``perf``'s figures for ``g``'s setup (``key``: its est key, when the caller has read it)."""
         if key is None:
             key = g.est_keys[self._by_gpu]
-        est = self._estimates.get(key)
-        if est is None:
-            figures = self._figures or self._figures_for()
-            try:
-                est = figures(g.gpu, g.gpu_count, g.vcpus)
-            except UserError as exc:
-                est = _unsized(exc)
-            self._estimates[key] = est
+        return self._estimates.get(key) or self._new_estimate(g, key)
+
+    def _new_estimate(self, g: Group, key: int) -> Figures | str:
+        """``_estimate`` not made yet."""
+        figures = self._figures or self._figures_for()
+        try:
+            est: Figures | str = figures(g.gpu, g.gpu_count, g.vcpus)
+        except UserError as exc:
+            est = _unsized(exc)
+        self._estimates[key] = est
         return est
 
     def _figures_for(self) -> OnSetup:
@@ -353,14 +398,17 @@ class Scorer:
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
-        est = self._estimates.get(key) or self._estimate(g, key)
+        base = self._base.get(key, False)  # the estimate's hours where it fits (``_fit_hours``)
+        if base is False:
+            base = self._fit_hours(g, key)
+        est = self._estimates[key]
         book = self.book
         start = book.start_new if g.not_warm else book.now  # cost.start
-        if type(est) is str or not est.fits or not _isfinite(est.hours):  # type: ignore[union-attr]
+        if base is None:
             return self._cannot_run(g, est, start)
         assert type(est) is Figures
         deadline = self.deadline
-        h = base = est.hours
+        h = base
         n = 0.0
         worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
         if g.capacity is _SPOT:
@@ -390,9 +438,37 @@ class Scorer:
         return Timing(g.capacity, blocker, 0.0, 0.0, _ZERO_HOURS, start, start, None, None,
                       est.physical_batch if isinstance(est, Figures) else None)
 
-    def _cost(self, g: Group, t: Timing) -> Decimal:
+    def cents(self, g: Group, t: Timing) -> int:
+        """``g``'s expected cost on ``t`` in whole cents (``cost_of``'s, x 100), from floats where they
+        settle it (``heap._add_entries`` inlines the same)."""
+        nodes = self._nodes
+        k = float_cents((g.hourly_f.get(nodes) or self.book.hourly_f(g, nodes)) * (t.hours * 100.0))
+        return self.exact_cents(g, t) if k is None else k
+
+    def exact_cents(self, g: Group, t: Timing) -> int:
+        """``cents`` where its floats do not settle it: from the Decimal cost."""
+        return int(self.exact_cost(g, t) * _HUNDRED)
+
+    def exact_cost(self, g: Group, t: Timing) -> Decimal:
+        """``cost.expected_cost`` of ``g``'s price for the job's nodes on ``t``'s hours."""
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
         return cost.expected_cost(hourly.amount, t.hours_dec)
+
+    def cost_of(self, g: Group, t: Timing, cents: int) -> Decimal:
+        """``exact_cost(g, t)``, whose cents are ``cents``, as ``Scored.cost`` makes it (a budget reads it)."""
+        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        if t.hours > 0.0 and hourly.amount > 0:
+            return Decimal(cents).scaleb(-2)
+        return cost.expected_cost(hourly.amount, t.hours_dec)
+
+    def over_budget(self, g: Group, t: Timing, cents: int) -> bool:
+        """``_budget_total(cost_of(g, t, cents)) > budget``, for a job with a budget: settled by the cents alone
+        where they are clearly within or over it (``_budget_screen``), else by the Decimals."""
+        if cents < self._within_at:
+            return False
+        if cents > self._over_at:
+            return True
+        return self._budget_total(self.cost_of(g, t, cents)) > self._budget.amount  # type: ignore[union-attr]
 
     def _budget_total(self, c: Decimal) -> Decimal:
         """Cost ``c`` plus what the job has spent, in the budget's currency."""
@@ -402,16 +478,21 @@ class Scorer:
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
         """A group's cost and blockers, in full."""
         if prefix is None:
-            c = self._cost(g, t)
-            prefix = _new(Prefix, (g.not_reserved, int(c * _HUNDRED), c, g.not_warm, t.finish, g.provider, g.region))
-        c = prefix.cost
-        s = Scored(g, t, g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes), c, prefix)
+            prefix = _new(Prefix, (g.not_reserved, self.cents(g, t), g.not_warm, t.finish, g.provider, g.region))
+        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        if g.slot is None and t.est_blocker is None and self._budget is None and g.until is None and not self.job.avoid:
+            # A new machine with no budget, avoiding nothing (most groups scored): late or not, what the steps
+            # below set, in one go.
+            late = t.late is not None
+            return Scored(g, t, hourly, prefix, False, None, False, late, _NOTHING_AVOIDED, None,
+                          g.runs.blocked if late else g.runs.open, late)
+        s = Scored(g, t, hourly, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
             s.reservation = g.until is not None and t.finish > g.until
             if self._budget is not None:
-                s.budget_total = self._budget_total(c)
+                s.budget_total = self._budget_total(s.cost)
                 s.over_budget = s.budget_total > self._budget.amount
             s.structural = t.late is not None or s.reservation or s.over_budget
             s.late_only = t.late is not None and not s.reservation and not s.over_budget
@@ -431,16 +512,31 @@ class Scorer:
         return s
 
 
+def float_cents(v: float) -> int | None:
+    """A cost's whole cents from ``v``, its price x (hours x 100) in floats; None where ``v`` does not settle
+    them (``_SCREEN_ERROR``) and the Decimal formula must."""
+    if 0.0 < v < _SCREEN_MAX:
+        k = int(v + 0.5)
+        m = 0.5 - _SCREEN_ERROR * v
+        if -m < v - k < m:
+            return k
+    return None
+
+
 def _unsized(exc: UserError) -> str:
     """What an estimate that failed says: an unknown GPU, or a job file the model cannot size."""
     return str(exc).replace("\n  fix:", ":")
 
 
+# The planner's texts format numbers with ``%``: the same text as an f-string's format spec (``%.1f`` and
+# ``.1f`` share CPython's float formatting; ``%02d`` pads an int as ``02d``), in two thirds of the time.
+
+
 def fmt_hours(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 3600:.1f} h"
+    return "%.1f h" % (delta.total_seconds() / 3600)
 
 
 def fmt_time(dt: datetime) -> str:
-    """``dt`` in UTC to the minute, as ``strftime("%Y-%m-%d %H:%M UTC")`` writes it, in half its time."""
+    """``dt`` in UTC to the minute, as ``strftime("%Y-%m-%d %H:%M UTC")`` writes it, in a third of its time."""
     u = dt if dt.tzinfo is UTC else dt.astimezone(UTC)
-    return f"{u.year}-{u.month:02d}-{u.day:02d} {u.hour:02d}:{u.minute:02d} UTC"
+    return "%d-%02d-%02d %02d:%02d UTC" % (u.year, u.month, u.day, u.hour, u.minute)

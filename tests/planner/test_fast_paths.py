@@ -1,26 +1,30 @@
 """The shortcuts the planner's speed rests on give what the slow forms give (issue 17).
 
 ``heap._floor_cents`` stands in for ``cost.expected_cost`` in a placeholder's sort key and must never be
-above it; ``timedelta(0, 0, 0, 0, 0, h)`` stands in for ``timedelta(hours=h)``; a deadline moved into
-``now``'s zone object (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``,
-making only the timings whose float estimate (``heap.Ranking.needs``) is near the least, must find the
-soonest deadline computing every ``Timing.needed`` finds.
+above it; ``rank.float_cents`` gives its whole cents where floats settle them; ``timedelta(0, 0, 0, 0, 0, h)``
+stands in for ``timedelta(hours=h)``; a deadline moved into ``now``'s zone object
+(``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``, making only the timings
+whose float estimate (``heap.Ranking.needs``) is near the least, must find the soonest deadline computing
+every ``Timing.needed`` finds; Money made without validation, and texts formatted with ``%``, must be what
+the validated model and the format specs give.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from scheduler.models import Capacity
+from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook
-from scheduler.planner.heap import _floor_cents, need_tolerance
+from scheduler.planner.heap import _CENTS_UNDER, _floor_cents, need_tolerance
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
-from scheduler.planner.plan import _Planning, _soonest, plan
-from scheduler.planner.rank import Timing
+from scheduler.planner.plan import _ceil_minute, _filter, _Planning, _soonest, plan
+from scheduler.planner.rank import Timing, float_cents, fmt_hours, fmt_time
 from scheduler.simulation.trace_file import load_trace
 from tests.planner.golden import STRESS, market
 from tests.planner.test_planner import make_job, make_offer
@@ -50,15 +54,110 @@ def test_a_placeholders_floor_is_never_above_the_cost_and_hardly_below() -> None
     assert checked == 15_000
 
 
-def test_a_spot_placeholders_hours_are_never_above_the_expected_hours() -> None:
-    """``heap.ranking`` floors a spot bundle from the estimate's hours plus the reclaims' restarts, which must
-    never be above ``cost.on_spot``'s expected hours, in floats (then its floor is never above the cost)."""
+def test_float_cents_are_the_decimal_costs_cents_where_they_settle_them() -> None:
+    """``rank.float_cents`` stands in for ``int(cost.expected_cost(...) * 100)``, and the Decimal of those cents
+    (``Scored.cost``'s) for the cost itself (same digits and exponent: it prints the same): on the prices and
+    hours of the floor's test, and on hours that put the cost within a hair of a half cent, which it leaves to
+    the Decimal formula."""
+    rng = random.Random(23)
+    settled = unsettled = 0
+    for price in _prices(rng):
+        halves = [float((Decimal(k) + Decimal("0.5")) / 100 / price) for k in (rng.randrange(1, 10**6),)]
+        # At a half cent, a float's step either side (left to the formula), and a little further (settled).
+        halves += [f(h) for h in halves for f in (lambda h: math.nextafter(h, math.inf), lambda h: math.nextafter(h, 0),
+                                                  lambda h: h * (1 + 1e-13), lambda h: h * (1 - 1e-13))]
+        for hours in (rng.uniform(0, 1), rng.uniform(0, 50), rng.uniform(0, 5000), 10 ** rng.uniform(-4, 4),
+                      round(rng.uniform(0, 100), 2), 0.0, *halves):
+            exact = cost.expected_cost(price, Decimal(repr(hours)))
+            got = float_cents(float(price) * (hours * 100.0))
+            if got is None:
+                unsettled += 1
+                continue
+            settled += 1
+            assert got == int(exact * 100), (price, hours, exact, got)
+            made = Decimal(got).scaleb(-2)
+            assert made == exact and str(made) == str(exact) and made.as_tuple() == exact.as_tuple(), (price, hours)
+    assert settled > 20_000 and unsettled > 10_000, (settled, unsettled)
+
+
+def test_the_budget_screen_says_what_the_decimals_say() -> None:
+    """``Scorer.over_budget`` settles most costs from their cents and floats (``Scorer._budget_screen``); it must
+    say what the Decimal total says, for budgets and money spent in either currency, near the limit too."""
+    rng = random.Random(31)
+    offer = make_offer("g5.xlarge")
+    settled = checked = 0
+    for _ in range(300):
+        currency, budget_currency, spent_currency = (rng.choice(("CNY", "USD")) for _ in range(3))
+        budget = f"{Decimal(rng.randrange(1, 10**6)).scaleb(-rng.choice((0, 2)))} {budget_currency}"
+        spent = rng.choice((None, f"{Decimal(rng.randrange(0, 10**7)).scaleb(-2)} {spent_currency}"))
+        book = CandidateBook([offer], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(currency=currency), None)
+        p = _Planning(make_job(budget=budget, spent=spent), book)
+        sc = p.scorer
+        g = book.matching(_filter(p.job, book.policy))[0][0]
+        t = sc.timing(g)
+        assert sc._budget is not None and t.hours > 0
+        limit = int((sc._budget.amount - (sc._spent or 0)) / sc._budget_rate * 100)  # type: ignore[operator]
+        for cents in {max(0, limit + d) for d in (-10**6, -1000, -2, -1, 0, 1, 2, 1000, 10**6)} | {0}:
+            exact = sc._budget_total(Decimal(cents).scaleb(-2)) > sc._budget.amount
+            assert sc.over_budget(g, t, cents) == exact, (budget, spent, currency, cents)
+            settled += not sc._within_at <= cents <= sc._over_at
+            checked += 1
+    assert settled > checked / 2, (settled, checked)
+
+
+def test_a_new_machine_scored_in_one_go_is_what_the_general_steps_give() -> None:
+    """``Scorer._score`` scores a new machine of a job with no budget that avoids nothing in one go: its runs are
+    what ``Scored._runs`` works out, and its blockers only the timing's, late or not."""
+    entries = load_trace(STRESS)[:200]
+    offers = market(300)
+    now = max(e.at for e in entries)
+    book = CandidateBook(offers, [], now, PlannerPolicy(), None)
+    late = checked = 0
+    for i, e in enumerate(entries):
+        job = PlanJob(id=f"j{i}", spec=e.job.model_copy(update={"policy": e.job.policy.model_copy(
+            update={"budget": None})}), submitted_at=now - timedelta(hours=i % 30), deadline_at=None)
+        job = job.model_copy(update={"deadline_at": job.spec.deadline_at(job.submitted_at)})
+        p = _Planning(job, book)
+        for t, groups in p.ranking.bundles:
+            for g in groups:
+                if t.est_blocker is not None:
+                    continue
+                s = p.scorer._score(g, t)
+                assert (s.structural, s.late_only, s.reservation, s.over_budget, s.budget_total, s.avoided,
+                        s.taken_by) == (t.late is not None, t.late is not None, False, False, None, frozenset(), None)
+                assert s.runs == s._runs()
+                late += s.structural
+                checked += 1
+    assert checked > 1000 and 0 < late < checked, (checked, late)
+
+
+def test_the_books_money_is_the_validated_money() -> None:
+    """``CandidateBook.money`` makes its Money without validating it (``book._money``): it equals, dumps and
+    copies as the validated one, whatever the amount's digits and sign."""
+    book = CandidateBook([], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(currency="USD"), None)
+    for text in ("0.00", "-0.00", "1.50", "1.5", "12345678.91", "-3.20"):
+        amount = Decimal(text)
+        made, validated = book.money(amount), Money(amount=amount, currency="USD")
+        assert made == validated and made.model_dump_json() == validated.model_dump_json()
+        assert str(made) == str(validated) and hash(made) == hash(validated) and made.amount is amount
+        assert made.model_fields_set == validated.model_fields_set
+        assert made.model_copy(update={"currency": "CNY"}) == validated.model_copy(update={"currency": "CNY"})
+
+
+def test_a_spot_placeholders_floor_is_never_above_the_spot_cost() -> None:
+    """``heap.ranking`` floors a spot bundle from its price times 1 + rate x nodes x restart_hours
+    (``book.Link.hourly``) and the estimate's hours: never above the cost on ``cost.on_spot``'s expected hours."""
     rng = random.Random(9)
+    prices = _prices(rng)
     for _ in range(50_000):
         hours, rate = 10 ** rng.uniform(-3, 4), rng.choice((0.0, 1e-9, rng.uniform(0, 0.5), rng.uniform(0, 50)))
         nodes, restart = rng.choice((1, 2, 3, 8)), rng.choice((0.0, 0.15, rng.uniform(0, 2)))
         checkpoint = rng.choice((None, hours / rng.randint(1, 300)))
-        assert hours + hours * (rate * nodes) * restart <= cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
+        price = rng.choice(prices)
+        spot_hours = cost.on_spot(hours, rate, nodes, checkpoint, restart)[1]
+        cents = int(cost.expected_cost(price, Decimal(repr(spot_hours))) * 100)
+        hourly = float(price) * (1.0 + rate * nodes * restart)
+        assert math.floor(hourly * hours * _CENTS_UNDER) <= cents, (price, hours, rate, nodes, restart)
 
 
 def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
@@ -68,6 +167,23 @@ def test_positional_hours_make_the_same_timedelta_as_the_keyword() -> None:
     values += [(k + 0.5) / 3.6e9 for k in range(0, 2000, 7)] + [k / 7 for k in range(1, 500)]
     for h in values:
         assert timedelta(0, 0, 0, 0, 0, h) == timedelta(hours=h), h
+
+
+def test_the_texts_formatted_with_percent_are_the_format_specs_texts() -> None:
+    """``rank.fmt_time``, ``rank.fmt_hours`` and ``plan._ceil_minute`` against the forms they replace."""
+    rng = random.Random(6)
+    zones = (UTC, timezone(timedelta(hours=9)), timezone(timedelta(hours=-5, minutes=-30)), ZoneInfo("Europe/Berlin"))
+    for _ in range(20_000):
+        dt = datetime(2026, 1, 1, tzinfo=rng.choice(zones)) + timedelta(
+            microseconds=rng.choice((rng.randrange(10**14), rng.randrange(10**8) * 60 * 10**6)))
+        dt = dt.replace(fold=rng.randint(0, 1))
+        floored = dt.replace(second=0, microsecond=0)
+        ceiled = floored if floored == dt else floored + timedelta(minutes=1)
+        got = _ceil_minute(dt)
+        assert (got, got.tzinfo, got.fold, fmt_time(got)) == (ceiled, ceiled.tzinfo, ceiled.fold, fmt_time(ceiled))
+        assert fmt_time(dt) == dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        delta = dt - datetime(2026, 6, 1, tzinfo=UTC)
+        assert fmt_hours(delta) == f"{delta.total_seconds() / 3600:.1f} h"
 
 
 def test_a_deadline_joins_nows_fixed_offset_zone_as_the_same_instant() -> None:
@@ -134,7 +250,8 @@ def test_the_soonest_deadline_skips_no_timing_that_meets_it() -> None:
         made.clear()
         soonest, fastest = _soonest(floats, now, safety, make)
         assert soonest == min(needs), case
-        assert fastest == {t for t, need in zip(timings, needs, strict=True) if need == soonest}, case
+        assert [t for t, x in fastest if t is x] == [t for t, need in zip(timings, needs, strict=True)
+                                                      if need == soonest], case
         skipped += len(timings) - len(made)
     assert skipped > 1000  # most timings are never made
 
@@ -158,7 +275,7 @@ def test_a_timings_float_need_is_well_within_the_tolerance() -> None:
                 continue
             p = _Planning(PlanJob(id=f"j{i}", spec=e.job, submitted_at=submitted, deadline_at=deadline), book)
             sc, stretch = p.scorer, 1 / (1 - safety)
-            needs = p.ranking.needs(policy.boot_hours, stretch)
+            needs = [(need, timed.group) for need, timed in p.ranking.needs(stretch)]
             # Every spot timing too, and the bound that may leave one out (``Ranking.needs``).
             for bundle in p.ranking._matching:
                 g = bundle[0]
