@@ -89,11 +89,15 @@ def pooled(verdicts: Iterable[Verdict]) -> Verdict:
 
 def verdicts(s: Session, now: datetime, window: timedelta, restart_hours: float) -> dict[Kind, Verdict]:
     """``judge`` for every kind over the store's last ``LOOKBACK``: its idle intervals and attempts."""
-    since = now - LOOKBACK
+    return _read_since(s, now - LOOKBACK).verdicts(now, window, restart_hours)
+
+
+def _read_since(s: Session, since: datetime) -> _History:
+    """The idle starts and launches from ``since`` on, read whole."""
     history = _History()
     history.add(s.execute(_idle_starts().where(UsageIntervalRow.start >= since)),
                 s.execute(_launches().where(AttemptRow.created_at >= since)))
-    return history.verdicts(now, window, restart_hours)
+    return history
 
 
 def _idle_starts():
@@ -179,9 +183,7 @@ class WarmMemo:
         since = now - LOOKBACK
         h = self._history
         if h is None or self._read_at is None or now < self._read_at:
-            h = self._history = _History()
-            h.add(s.execute(_idle_starts().where(UsageIntervalRow.start >= since)),
-                  s.execute(_launches().where(AttemptRow.created_at >= since)))
+            h = self._history = _read_since(s, since)
         else:
             h.add(s.execute(_idle_starts().where(UsageIntervalRow.id > h.last_start_id,
                                                  UsageIntervalRow.start >= since)),

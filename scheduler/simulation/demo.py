@@ -41,7 +41,7 @@ from scheduler.money import Money, total
 from scheduler.settings import Settings
 from scheduler.simulation.emulated_bills import EmulatedBills, emulated_bills
 from scheduler.simulation.simagent import SimAgents
-from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
+from scheduler.states import JOB_OPEN, JOB_TERMINAL, InstanceRowState, JobState
 from scheduler.store.database import Store
 from scheduler.store.tables import (
     AttemptRow,
@@ -283,7 +283,7 @@ def _next_step(store: Store, pending: list, now: datetime) -> timedelta:
             )
         )
         open_jobs = s.scalar(
-            select(func.count()).select_from(JobRow).where(JobRow.state.not_in([x.value for x in JOB_TERMINAL]))
+            select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
         )
     if live or open_jobs or not pending:
         return STEP
@@ -299,7 +299,7 @@ def _jobs_ended(store: Store) -> int:
 def _all_quiet(store: Store) -> bool:
     with store.session() as s:
         open_jobs = s.scalar(
-            select(func.count()).select_from(JobRow).where(JobRow.state.not_in([x.value for x in JOB_TERMINAL]))
+            select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
         )
         live = s.scalar(
             select(func.count()).select_from(InstanceRow).where(

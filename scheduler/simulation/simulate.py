@@ -145,6 +145,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         job_ids = random.Random(seed + 1)
         end = subs[-1].at + horizon
         cadence = timedelta(seconds=settings.tick_seconds)
+        retire = timedelta(hours=settings.stopped_retention_hours)  # as the reaper's retire_stopped
         i, ticks, rejected = 0, 0, 0
         line_of: dict[str, int] = {}  # job id -> its place in ``submissions``
         while clock.now() < end:
@@ -165,7 +166,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             with store.session(write=False) as s:  # one read transaction for both questions
                 if i >= len(subs) and _quiet(s):
                     break
-                nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s)
+                nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s, retire)
             clock.set(min(max(nxt, now + cadence), end))
         work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
                               currency=settings.report_currency, fx=settings.fx)
@@ -189,7 +190,7 @@ def _quiet(s: Session) -> bool:
 
 
 def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents,
-                s: Session) -> datetime:
+                s: Session, retire: timedelta) -> datetime:
     times = [now + MAX_JUMP]
     if next_submission is not None:
         times.append(next_submission)
@@ -202,7 +203,7 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
         times.append(t)
     waiting = s.scalar(select(JobRow.id).where(JobRow.state == "queued").limit(1)) is not None
     # The machines that make an event: intents not yet launched (planned again soon), idle running ones
-    # (their stop time) and the first stopped one to retire (24 h after its stop; only the first counts,
+    # (their stop time) and the first stopped one to retire (``retire`` after its stop; only the first counts,
     # and a busy month keeps a hundred or more stopped machines, so SQL finds it rather than all of them).
     requested = False
     for state, idle_since, minutes in s.execute(
@@ -214,9 +215,9 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
         else:
             requested = True
     first_stop = s.scalar(select(func.min(InstanceRow.stopped_at)).where(
-        InstanceRow.state == _STOPPED, InstanceRow.stopped_at > now - _RETIRE))
+        InstanceRow.state == _STOPPED, InstanceRow.stopped_at > now - retire))
     if first_stop is not None:
-        times.append(utc(first_stop) + _RETIRE)
+        times.append(utc(first_stop) + retire)
     if waiting or requested:
         times.append(now + REPLAN)
     return min(t for t in times if t > now) if any(t > now for t in times) else now + REPLAN
@@ -224,7 +225,6 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 
 _RUNNING, _STOPPED = InstanceRowState.running.value, InstanceRowState.stopped.value
 _REQUESTED = InstanceRowState.requested.value
-_RETIRE = timedelta(hours=24)  # when a stopped machine is retired: the default stopped_retention_hours
 
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,

@@ -346,9 +346,7 @@ def test_the_ledgers_search_for_unaccounted_intervals_uses_their_index(store: St
     stmt = (select(UsageIntervalRow.id)
             .where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.end.is_not(None),
                    UsageIntervalRow.end <= now))
-    compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
-    with store.engine.connect() as conn:
-        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    plan = _query_plan(store, stmt)
     assert "ix_usage_intervals_unaccounted" in plan, plan
 
 
@@ -357,16 +355,19 @@ def test_the_warm_memos_search_for_last_weeks_attempts_uses_their_index(store: S
     # attempt the store ever kept.
     since = datetime(2026, 11, 5, tzinfo=timezone.utc)
     stmt = select(AttemptRow.provider, AttemptRow.created_at).where(AttemptRow.created_at >= since)
-    compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
-    with store.engine.connect() as conn:
-        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
+    plan = _query_plan(store, stmt)
     assert "ix_attempts_created_at" in plan, plan
 
 
 def test_the_open_jobs_are_found_by_the_state_index(store: Store) -> None:
     # screen_stored_specs asks every tick; NOT IN (terminal) scanned every job the store ever kept.
     stmt = select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))
+    plan = _query_plan(store, stmt)
+    assert "ix_jobs_state" in plan, plan
+
+
+def _query_plan(store: Store, stmt) -> str:
+    """SQLite's ``EXPLAIN QUERY PLAN`` of ``stmt``, its steps joined."""
     compiled = stmt.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
     with store.engine.connect() as conn:
-        plan = " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
-    assert "ix_jobs_state" in plan, plan
+        return " ".join(str(step[-1]) for step in conn.execute(text(f"EXPLAIN QUERY PLAN {compiled}")))
