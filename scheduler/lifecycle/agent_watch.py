@@ -100,13 +100,14 @@ def terminate_reclaimed(ctx: TickContext, now: datetime, report: TickReport) -> 
     action) would wait stopped, so the daemon terminates them itself. A failed call is tried again
     next tick; a machine the cloud took first is settled by reconcile, which counts nothing twice."""
     with ctx.store.session(write=False) as s:
-        marked = s.execute(
-            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
-            .where(InstanceRow.state.in_((I.running.value, I.pending.value)), InstanceRow.preempted.is_(True),
-                   InstanceRow.job_id.is_(None))
+        # Busy ones are passed over here, not in SQL: asked there, SQLite looked the rows up by ``job_id``
+        # IS NULL, which every machine ever terminated matches, instead of by state.
+        marked = [r for r in s.execute(
+            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id, InstanceRow.job_id)
+            .where(InstanceRow.state.in_((I.running.value, I.pending.value)), InstanceRow.preempted.is_(True))
             .order_by(InstanceRow.id)
-        ).all()
-    for row_id, prov, region, cloud_id in marked:
+        ) if r.job_id is None]
+    for row_id, prov, region, cloud_id, _ in marked:
         provider = ctx.providers.get(prov)
         if provider is None or cloud_id is None:
             continue

@@ -165,8 +165,11 @@ class UsageIntervalRow(Base):
     __tablename__ = "usage_intervals"
     # ``ledger.account`` asks every tick for the closed intervals not yet accounted: a handful, found by
     # this index instead of a scan of every interval the store ever kept (migration 0013).
+    # Open intervals (no ``end``): the month roll-over asks for them every tick (migration 0015).
     __table_args__ = (Index("ix_usage_intervals_unaccounted", "end", sqlite_where=text("accounted IS 0"),
-                            postgresql_where=text("accounted IS false")),)
+                            postgresql_where=text("accounted IS false")),
+                      Index("ix_usage_intervals_open", "start", sqlite_where=text('"end" IS NULL'),
+                            postgresql_where=text('"end" IS NULL')))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
@@ -193,7 +196,7 @@ class CostRecordRow(Base):
     usage_interval_id: Mapped[int] = mapped_column(ForeignKey("usage_intervals.id"), index=True)
     month: Mapped[str] = mapped_column(String(7), index=True)  # YYYY-MM
     instance_id: Mapped[str] = mapped_column(String(40))
-    job_id: Mapped[str | None] = mapped_column(String(40))
+    job_id: Mapped[str | None] = mapped_column(String(40), index=True)  # a job's spend (migration 0015)
     team: Mapped[str] = mapped_column(String(63))
     project: Mapped[str | None] = mapped_column(String(63))
     kind: Mapped[str] = mapped_column(String(8))  # busy | idle

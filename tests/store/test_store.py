@@ -177,7 +177,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0014"
+    assert any_store.head() == "0015"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
