@@ -19,7 +19,8 @@ from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.perf_learning import catalog_vcpus
 from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
-from tests.lifecycle.test_lifecycle import World
+from scheduler.simulation.simagent import SimAgents
+from tests.lifecycle.test_lifecycle import STEP, World
 
 
 def _spec(kind: str, n: int) -> dict:
@@ -91,3 +92,44 @@ def test_the_epoch_times_the_daemon_learns_are_the_jobs_own_whatever_the_steps(s
     # The first sample measures from the attempt's start less the estimated setup (the true one differs).
     for sample in samples[1:]:
         assert sample.epoch_seconds == pytest.approx(true_epoch_s, rel=1e-6)
+
+
+def test_the_step_after_a_tick_says_what_a_whole_step_would(store, sim_clock):
+    """The simulator steps the agents again after each tick for the attempts the tick started
+    (``step_started``): a whole step at that moment must find nothing more to report and announce
+    the same next finish, through reclaims, requeues and finishes."""
+    w = World(store, sim_clock, seed=5, interruption_scale=20.0)
+    specs = []
+    for n in range(12):
+        spec = _spec("train" if n % 2 else "infer", n)
+        spec["policy"] = {"capacity": "spot" if n % 3 else "on-demand"}
+        specs.append(parse_job(spec, "t.yaml"))
+    whole = SimAgents(store, {"alibaba": w.provider}, "t", seed=5)
+
+    def progress() -> list[tuple]:
+        with store.session(write=False) as s:
+            return [*s.execute(select(JobRow.id, JobRow.state, JobRow.epochs_done, JobRow.attempt)
+                               .order_by(JobRow.id)),
+                    *s.execute(select(AttemptRow.id, AttemptRow.state, AttemptRow.end_epoch).order_by(AttemptRow.id))]
+
+    started_by_tick = 0
+    for k in range(2000):
+        if k % 15 == 0 and specs:
+            w.submit(specs.pop())  # one every quarter hour: ticks start attempts all along
+        now = sim_clock.now()
+        w.agents.step(now)
+        known = set(w.agents._finish_at)
+        lifecycle.tick(w.ctx)
+        w.agents.step_started(now)
+        started_by_tick += bool(set(w.agents._finish_at) - known)
+        before = progress()
+        assert whole.step(now) == 0
+        assert progress() == before
+        assert whole.next_event_after(now) == w.agents.next_event_after(now)
+        if not specs and all(row[1] in ("succeeded", "failed") for row in before if str(row[0]).startswith("job-")):
+            break
+        sim_clock.advance(STEP)
+    jobs = [row for row in before if str(row[0]).startswith("job-")]
+    assert len(jobs) == 12 and all(row[1] == "succeeded" for row in jobs), jobs
+    reclaimed = sum(1 for row in before if row[1] == "preempted")
+    assert started_by_tick >= 12 and reclaimed > 0, (started_by_tick, reclaimed)
