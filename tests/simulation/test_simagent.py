@@ -18,8 +18,8 @@ from scheduler.jobs import perf
 from scheduler.jobs.jobfile import parse_job
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.perf_learning import catalog_vcpus
-from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
 from scheduler.simulation.simagent import SimAgents
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
 from tests.lifecycle.test_lifecycle import STEP, World
 
 
