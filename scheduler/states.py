@@ -81,6 +81,9 @@ JOB_TERMINAL = frozenset({J.succeeded, J.failed, J.cancelled})
 # instead of a scan of every job the store kept.
 JOB_OPEN = tuple(sorted(x.value for x in J if x not in JOB_TERMINAL))
 INSTANCE_LIVE = frozenset({I.requested, I.pending, I.running, I.stopping, I.stopped, I.terminating})
+# Live and not stopped: a machine with something still to happen. Values, asked as ``state IN``, which the state
+# index answers (``NOT IN (stopped, terminated)`` read every machine the store kept).
+INSTANCE_AWAKE = tuple(sorted(x.value for x in INSTANCE_LIVE if x is not I.stopped))
 # States in which the cloud bills for compute.
 INSTANCE_BILLING = frozenset({I.pending, I.running, I.stopping, I.terminating})
 

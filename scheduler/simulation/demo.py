@@ -41,7 +41,8 @@ from scheduler.money import Money, total
 from scheduler.settings import Settings
 from scheduler.simulation.emulated_bills import EmulatedBills, emulated_bills
 from scheduler.simulation.simagent import SimAgents
-from scheduler.states import JOB_OPEN, JOB_TERMINAL, InstanceRowState, JobState
+from scheduler.simulation.simulate import open_work
+from scheduler.states import JOB_TERMINAL, InstanceRowState, JobState
 from scheduler.store.database import Store
 from scheduler.store.tables import (
     AttemptRow,
@@ -275,17 +276,9 @@ def attach_emulators(settings: Settings, clock: SimClock, providers: dict, cloud
 
 def _next_step(store: Store, pending: list, now: datetime) -> timedelta:
     """Tick every simulated minute while anything happens; jump ahead over empty nights."""
-    with store.session() as s:
-        live = s.scalar(
-            select(func.count()).select_from(InstanceRow).where(
-                InstanceRow.state.not_in([InstanceRowState.terminated.value, InstanceRowState.stopped.value]),
-                InstanceRow.reserved.is_(False),
-            )
-        )
-        open_jobs = s.scalar(
-            select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
-        )
-    if live or open_jobs or not pending:
+    with store.session(write=False) as s:
+        busy = any(open_work(s))
+    if busy or not pending:
         return STEP
     return max(STEP, pending[0][0] - now)
 
@@ -297,17 +290,8 @@ def _jobs_ended(store: Store) -> int:
 
 
 def _all_quiet(store: Store) -> bool:
-    with store.session() as s:
-        open_jobs = s.scalar(
-            select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
-        )
-        live = s.scalar(
-            select(func.count()).select_from(InstanceRow).where(
-                InstanceRow.state.not_in([InstanceRowState.terminated.value, InstanceRowState.stopped.value]),
-                InstanceRow.reserved.is_(False),
-            )
-        )
-    return open_jobs == 0 and live == 0
+    with store.session(write=False) as s:
+        return not any(open_work(s))
 
 
 def _scripted_reclaim(store: Store, preempt: dict, now: datetime, console: Console) -> bool:

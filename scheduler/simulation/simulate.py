@@ -48,7 +48,7 @@ from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, wo
 from scheduler.simulation.lower_bound import LowerBound
 from scheduler.simulation.market import MarketSpec
 from scheduler.simulation.simagent import SimAgents
-from scheduler.states import JOB_OPEN, InstanceRowState
+from scheduler.states import INSTANCE_AWAKE, JOB_OPEN, InstanceRowState
 from scheduler.store.database import Store
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
 from scheduler.times import utc
@@ -164,7 +164,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             if progress is not None:
                 progress(Progress(now, i, len(subs), ticks))
             with store.session(write=False) as s:  # one read transaction for both questions
-                if i >= len(subs) and _quiet(s):
+                if i >= len(subs) and not any(open_work(s)):
                     break
                 nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s, retire)
             clock.set(min(max(nxt, now + cadence), end))
@@ -180,12 +180,13 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
     return summary
 
 
-def _quiet(s: Session) -> bool:
-    open_jobs = s.scalar(select(func.count()).select_from(JobRow)
-                         .where(JobRow.state.in_(JOB_OPEN)))
-    live = s.scalar(select(func.count()).select_from(InstanceRow).where(
-        InstanceRow.state.in_(_AWAKE), InstanceRow.reserved.is_(False)))
-    return open_jobs == 0 and live == 0
+def open_work(s: Session) -> tuple[int, int]:
+    """The jobs not yet ended and the machines still awake (neither stopped nor terminated; reserved ones aside):
+    while either is not zero, a simulation (and the demo) has something left to happen."""
+    open_jobs = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))) or 0
+    awake = s.scalar(select(func.count()).select_from(InstanceRow).where(
+        InstanceRow.state.in_(INSTANCE_AWAKE), InstanceRow.reserved.is_(False))) or 0
+    return open_jobs, awake
 
 
 def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents,
@@ -223,8 +224,6 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 
 
 _RUNNING, _STOPPED = InstanceRowState.running.value, InstanceRowState.stopped.value
-# Neither stopped nor terminated: asked as IN, which the state index answers; NOT IN read every machine ever.
-_AWAKE = [x.value for x in InstanceRowState if x not in (InstanceRowState.stopped, InstanceRowState.terminated)]
 _REQUESTED = InstanceRowState.requested.value
 
 

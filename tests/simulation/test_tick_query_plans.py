@@ -53,7 +53,7 @@ def _captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, tuple]]:
 
     monkeypatch.setattr(sim.lifecycle, "tick", counted(sim.lifecycle.tick))
     monkeypatch.setattr(sim, "_next_event", counted(sim._next_event))
-    monkeypatch.setattr(sim, "_quiet", counted(sim._quiet))
+    monkeypatch.setattr(sim, "open_work", counted(sim.open_work))
     monkeypatch.setattr(SimAgents, "step", counted(SimAgents.step))
     monkeypatch.setattr(SimAgents, "step_started", counted(SimAgents.step_started))
     event.listen(Engine, "before_cursor_execute", listen)
