@@ -277,7 +277,11 @@ class ValMetrics(Frozen):
     map50_95: float
 
 
-_VAL_ALL = re.compile(r"^\s*all\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.MULTILINE)
+# The row is anchored at its end, not at the start of a line: val.py plots in threads, and a plot thread's
+# traceback (Pillow 10 removed FreeTypeFont.getsize, which YOLOv9's plots call) is printed in pieces, so
+# its first words can land on the row's line ahead of it. The row itself is one write, never split.
+_VAL_ALL = re.compile(r"(?:^|\s)all[ \t]+(\d+)[ \t]+(\d+)[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)[ \t\r]*$",
+                      re.MULTILINE)
 
 
 def parse_val_metrics(output: str) -> ValMetrics | None:

@@ -382,3 +382,27 @@ def test_val_metrics_are_read_from_the_all_row() -> None:
     assert metrics is not None and (metrics.images, metrics.instances) == (4, 4)
     assert (metrics.precision, metrics.recall, metrics.map50, metrics.map50_95) == (0.0123, 0.25, 0.0456, 0.0101)
     assert yolo.parse_val_metrics("Traceback (most recent call last):\n  ...") is None
+
+
+@pytest.mark.parametrize("before", [
+    "Exception in thread ",  # a plot thread's traceback starts while the row is written (threading's excepthook)
+    "Thread-2 (plot_images)",
+    "\x1b[0m",
+])
+def test_the_all_row_is_found_behind_another_threads_words(before: str) -> None:
+    """val.py plots in threads; a plot thread's traceback is printed in pieces, so its first words can share
+    the row's line (seen in the YOLOv9 tier: val exited 0 and the agent reported no metrics)."""
+    output = (
+        "                 Class     Images  Instances          P          R      mAP50   mAP50-95: 100%| 1/1 00:00\n"
+        f"{before}                   all          4          5    0.00167        0.2   0.000925   0.000278\n"
+        "Thread-2 (plot_images):\nTraceback (most recent call last):\n"
+    )
+    metrics = yolo.parse_val_metrics(output)
+    assert metrics is not None and (metrics.images, metrics.instances, metrics.recall) == (4, 5, 0.2)
+
+
+def test_a_class_named_like_the_all_row_is_not_taken_for_it() -> None:
+    output = "                   all          4          5          0          0          0          0\n" \
+             "                   ball          4          5        0.5        0.5        0.5        0.5\n"
+    metrics = yolo.parse_val_metrics(output)
+    assert metrics is not None and metrics.precision == 0

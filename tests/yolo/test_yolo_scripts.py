@@ -205,7 +205,8 @@ def test_val_on_the_trained_weights(staged_best: str, workdir: str, yolov9_dir: 
         label="val best.pt (val_dual.py)")
     assert out.is_dir()
     metrics = yolo.parse_val_metrics(log.read_text(errors="replace"))
-    assert metrics is not None and (metrics.images, metrics.instances) == (4, _val_instances(workdir)), metrics
+    assert metrics is not None and (metrics.images, metrics.instances) == (4, _val_instances(workdir)), \
+        f"{metrics}; val_dual.py's output ends:\n{tail(log)}"
     assert 0 <= metrics.map50_95 <= metrics.map50 <= 1
     assert "pycocotools" not in log.read_text(errors="replace")
 
