@@ -229,6 +229,33 @@ def catalog_vcpus(instance_type: str) -> int | None:
 # --- learning -----------------------------------------------------------------------
 
 
+def own_rates(session: Session, job_ids: Collection[str], *, min_samples: int = 2,
+              recent: int = RECENT) -> dict[str, tuple[tuple[str, str, int, float], ...]]:
+    """Each job's own measured rates: per (model, GPU, image size) it trained on, the median of its newest
+    ``recent`` samples there, with at least ``min_samples`` (``PlanJob.own_rates``); jobs without are left out.
+
+    ``measured_rates`` pools every job of a key, and a median of many jobs moves late for one that runs
+    slower than the rest (its data loader, its images): issue 17's late job on (tight-deadlines, 32) ran
+    35% slower than its key for six hours, while the steering rule and the planner, reading the key, saw
+    two hours of slack it did not have. Its own epochs said so from its second report."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(PerfSampleRow.job_id, PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size,
+               PerfSampleRow.at, PerfSampleRow.id, PerfSampleRow.rate_img_s)
+        .where(PerfSampleRow.job_id.in_(list(job_ids)))
+    ).all()
+    samples: dict[tuple[str, Key], list[tuple[datetime, int, float]]] = defaultdict(list)
+    for job_id, model, gpu, img_size, at, sample_id, rate in rows:
+        samples[(job_id, (model, gpu, img_size))].append((utc(at), sample_id, rate))
+    out: dict[str, list[tuple[str, str, int, float]]] = defaultdict(list)
+    for (job_id, key), found in sorted(samples.items()):
+        if len(found) >= min_samples:
+            newest = sorted(found, reverse=True)[:recent]
+            out[job_id].append((*key, statistics.median(rate for _, _, rate in newest)))
+    return {job_id: tuple(rates) for job_id, rates in out.items()}
+
+
 def measured_rates(
     session: Session,
     *,

@@ -28,6 +28,7 @@ from providers.base import InstanceRef
 from scheduler.accounting import ledger
 from scheduler.jobs import perf
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
+from scheduler.lifecycle.perf_learning import own_rates
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
@@ -108,7 +109,8 @@ def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, stat
     ``measured``: the learned training rates the planner is given (``ctx.rates``). The rule times its
     moves on the same epoch time the planner plans the move with: from the priors alone, a job that
     runs slower than its prior looked to have slack the planner did not see, so the rule asked for
-    spot the planner then refused, or moved it to on-demand too late for its deadline."""
+    spot the planner then refused, or moved it to on-demand too late for its deadline. Both read the
+    job's own rates first (``PlanJob.measured_with``), where its earlier epochs taught some."""
     if offer.spot is None or offer.on_demand is None or spec.train is None:
         return None
     est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0, measured=measured)
@@ -162,13 +164,14 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
             inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now,
-                              measured) if offer is not None else None
+                              pj.measured_with(measured)) if offer is not None else None
             if inp is None or inp.progress_h >= inp.compute_h:
                 # Every epoch was checkpointed but the machine went before the exit was reported:
                 # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
                 continue
             d = decide(inp)
-            if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured, avoided):
+            if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured, avoided,
+                                                                       pj.own_rates):
                 # The rule weighed the machine the job was on; a faster one on spot meets the deadline with
                 # the planner's margin and bad case, so the planner chooses, not a move to on-demand.
                 continue
@@ -213,8 +216,9 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if not just_checkpointed:
                 continue  # a move happens only right after a checkpoint, losing no work: decide then
             on_spot = job.capacity == Capacity.spot.value
+            own = own_rates(s, [job.id]).get(job.id, ())
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
-                              avoided, window_h, now, measured)
+                              avoided, window_h, now, PlanJob.measured_with_rates(measured, own))
             if inp is None:
                 continue
             decision = decide(inp)
@@ -226,7 +230,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
-            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided):
+            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own):
                 continue  # the planner would send it straight back to on-demand: a changeover for nothing
             if on_spot:
                 ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
@@ -236,7 +240,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
-                        measured: Measured, avoided: frozenset[str]) -> bool:
+                        measured: Measured, avoided: frozenset[str],
+                        own: tuple[tuple[str, str, int, float], ...] = ()) -> bool:
     """Whether the planner, asked now, would put the job on spot from its last checkpoint.
 
     The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
@@ -247,7 +252,7 @@ def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: d
     spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
     pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.spot.value), submitted_at=utc(job.submitted_at),
                  deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
-                 restarts=job.restarts, avoid=avoided, spent=spent)
+                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own)
     offers = ctx.offers.offers(ctx.providers, now)
     ctx.market = market_for(offers, policy, ctx.market)
     [d] = plan([pj], offers, [], now, policy, measured=measured, market=ctx.market)

@@ -52,6 +52,7 @@ from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
 from scheduler.lifecycle.budget_stop import stop_at_budget
 from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
+from scheduler.lifecycle.perf_learning import own_rates
 from scheduler.lifecycle.reaper import reap_idle
 from scheduler.lifecycle.reconcile import reconcile
 from scheduler.lifecycle.set_aside import describe, screen_stored_specs, set_aside
@@ -209,6 +210,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         if not queued:
             return []
         spent = ledger.spent_by_job(s, [j.id for j in queued], fx=ctx.planner_policy().fx, now=now)
+        own = own_rates(s, [j.id for j in queued if j.epochs_done or j.preemptions])  # only a job that ran has any
         avoid = ctx.offers.avoided(now)
         jobs, unreadable = [], []
         for j in queued:
@@ -223,6 +225,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                     restarts=j.restarts,
                     avoid=avoid,
                     spent=spent.get(j.id),
+                    own_rates=own.get(j.id, ()),
                 ))
             except Exception as exc:  # noqa: BLE001 - one job's bad row stays with that job
                 unreadable.append((j.id, exc))

@@ -32,6 +32,19 @@ class PlanJob(Frozen):
     restarts: int | None = None  # losses in a row without progress (None: every preemption counts)
     avoid: frozenset[str] = frozenset()  # "Offer.key|capacity" that recently raised NoCapacity
     spent: Money | None = None  # already spent on earlier attempts; counts against the budget
+    # The job's own measured rates, (model, gpu, img_size, img/s per GPU), from its earlier attempts' epochs:
+    # they read before the pooled ``measured`` of every job (``perf_learning.own_rates``).
+    own_rates: tuple[tuple[str, str, int, float], ...] = ()
+
+    def measured_with(self, measured: Measured | None) -> Measured:
+        """``measured`` with this job's own rates in place of the pooled ones."""
+        return PlanJob.measured_with_rates(measured, self.own_rates)
+
+    @staticmethod
+    def measured_with_rates(measured: Measured | None, own: tuple[tuple[str, str, int, float], ...]) -> Measured:
+        if not own:
+            return measured or {}
+        return {**(measured or {}), **{(model, gpu, img_size): rate for model, gpu, img_size, rate in own}}
 
 
 class FleetSlot(Frozen):

@@ -375,7 +375,7 @@ class Scorer:
     def _figures_for(self) -> OnSetup:
         job = self.job
         self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
-                                    measured=self.book.measured)
+                                    measured=job.measured_with(self.book.measured))
         return self._figures
 
     def timing(self, g: Group) -> Timing:

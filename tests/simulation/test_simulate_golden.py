@@ -10,7 +10,9 @@ steering rule began to read the planner's learned rates (ours only: ``shelf-audi
 1.3 h late); and once when the simulated agents began to date a progress report when its last epoch ended
 (ours 266.92 -> 268.05 CNY, 244 -> 248 ticks; skypilot-like's summary the same), and once when a waiting job
 the steering rule would send to on-demand was left to the planner where a faster machine on spot meets its
-deadline (ours 268.05 -> 268.33 CNY, 248 -> 244 ticks). Rewrite it only for a change meant to change outcomes:
+deadline (ours 268.05 -> 268.33 CNY, 248 -> 244 ticks), and once when the steering rule and the planner began
+to read a job's own measured rates before its key's (ours 268.33 -> 269.32 CNY, no miss either way; skypilot-like
+the same). Rewrite it only for a change meant to change outcomes:
 ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
 """
 
