@@ -200,6 +200,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         ).all()
         # The planner's rates (the same memo, refreshed on the same terms); read only when a job runs.
         measured = ctx.rates.get(s, now) if rows else {}
+        # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).
+        own_of = own_rates(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)])
         moves = []
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
@@ -212,11 +214,10 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if offer is None or offer.spot is None or offer.on_demand is None:
                 continue
             _observe(ctx, job.id, offer, avoided, now)
-            just_checkpointed = (now - utc(job.updated_at)).total_seconds() / 3600 <= window_h
-            if not just_checkpointed:
+            if not _just_checkpointed(job, now, window_h):
                 continue  # a move happens only right after a checkpoint, losing no work: decide then
             on_spot = job.capacity == Capacity.spot.value
-            own = own_rates(s, [job.id]).get(job.id, ())
+            own = own_of.get(job.id, ())
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now, PlanJob.measured_with_rates(measured, own))
             if inp is None:
@@ -237,6 +238,11 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)
+
+
+def _just_checkpointed(job, now: datetime, window_h: float) -> bool:
+    """Did the job report an epoch (and so upload its checkpoint) since the last tick?"""
+    return (now - utc(job.updated_at)).total_seconds() / 3600 <= window_h
 
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
