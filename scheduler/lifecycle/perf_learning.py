@@ -240,19 +240,23 @@ def own_rates(session: Session, job_ids: Collection[str], *, min_samples: int = 
     two hours of slack it did not have. Its own epochs said so from its second report."""
     if not job_ids:
         return {}
+    # The newest ``recent`` of each (job, key) ranked in SQL: a long run reports hundreds of epochs, and
+    # this is asked every tick for every job that just reported one.
+    group = (PerfSampleRow.job_id, PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size)
+    ranked = select(*group, PerfSampleRow.rate_img_s, func.row_number().over(
+        partition_by=group, order_by=(PerfSampleRow.at.desc(), PerfSampleRow.id.desc())).label("newest"),
+    ).where(PerfSampleRow.job_id.in_(list(job_ids))).subquery()
     rows = session.execute(
-        select(PerfSampleRow.job_id, PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size,
-               PerfSampleRow.at, PerfSampleRow.id, PerfSampleRow.rate_img_s)
-        .where(PerfSampleRow.job_id.in_(list(job_ids)))
+        select(ranked.c.job_id, ranked.c.model, ranked.c.gpu, ranked.c.img_size, ranked.c.rate_img_s)
+        .where(ranked.c.newest <= recent)
     ).all()
-    samples: dict[tuple[str, Key], list[tuple[datetime, int, float]]] = defaultdict(list)
-    for job_id, model, gpu, img_size, at, sample_id, rate in rows:
-        samples[(job_id, (model, gpu, img_size))].append((utc(at), sample_id, rate))
+    samples: dict[tuple[str, Key], list[float]] = defaultdict(list)
+    for job_id, model, gpu, img_size, rate in rows:
+        samples[(job_id, (model, gpu, img_size))].append(rate)
     out: dict[str, list[tuple[str, str, int, float]]] = defaultdict(list)
-    for (job_id, key), found in sorted(samples.items()):
-        if len(found) >= min_samples:
-            newest = sorted(found, reverse=True)[:recent]
-            out[job_id].append((*key, statistics.median(rate for _, _, rate in newest)))
+    for (job_id, key), rates in sorted(samples.items()):
+        if len(rates) >= min_samples:
+            out[job_id].append((*key, statistics.median(rates)))
     return {job_id: tuple(rates) for job_id, rates in out.items()}
 
 
