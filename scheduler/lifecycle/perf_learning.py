@@ -58,6 +58,7 @@ SampleSource = Literal["agent", "simulated"]
 # mis-sized dataset, not a GPU: the priors are rough, but not 10x wrong.
 OUTLIER_FACTOR = 10.0
 RECENT = 20  # how many of a key's newest samples the median looks at
+OWN_KEPT = timedelta(days=14)  # how long after its last sample a job's own rates are kept in memory (RatesMemo)
 PRIOR_IMG_SIZE = 640  # perf_table lists every model x GPU prior at this size
 
 
@@ -301,6 +302,8 @@ class RatesMemo:
     # first, and how many samples the key has.
     _top: dict[Key, list[tuple[datetime, int, float]]] = field(default_factory=dict)
     _totals: dict[Key, int] = field(default_factory=dict)
+    # The same per job (``own``): job id -> key -> its newest RECENT (at, id, rate).
+    _own_top: dict[str, dict[Key, list[tuple[datetime, int, float]]]] = field(default_factory=dict)
 
     def get(self, session: Session, now: datetime | None = None) -> dict[Key, float]:
         if now is not None and self.checked is not None and now - self.checked < self.refresh:
@@ -315,23 +318,49 @@ class RatesMemo:
             self.newest = newest
         return self.rates
 
+    def own(self, session: Session, job_ids: Collection[str],
+            now: datetime | None = None) -> dict[str, tuple[tuple[str, str, int, float], ...]]:
+        """``own_rates(session, job_ids)`` from the samples ``get`` has read (on its terms: at most once per
+        ``refresh``), without a query of its own; PostgreSQL asks ``own_rates``."""
+        if session.get_bind().dialect.name != "sqlite":
+            return own_rates(session, job_ids)
+        self.get(session, now)
+        out = {}
+        for job_id in job_ids:
+            tops = self._own_top.get(job_id, {})
+            rates = tuple((*key, statistics.median(rate for _, _, rate in top))
+                          for key, top in sorted(tops.items()) if len(top) >= 2)
+            if rates:
+                out[job_id] = rates
+        return out
+
     def _fold(self, session: Session, newest: int | None) -> dict[Key, float]:
         """``measured_rates(session)``, reading only the samples with ids above ``self.newest``."""
         if newest is None:
             return {}
         added = session.execute(
             select(PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size, PerfSampleRow.at,
-                   PerfSampleRow.id, PerfSampleRow.rate_img_s)
+                   PerfSampleRow.id, PerfSampleRow.rate_img_s, PerfSampleRow.job_id)
             .where(PerfSampleRow.id > (self.newest or 0), PerfSampleRow.id <= newest)
         ).all()
         changed: set[Key] = set()
-        for model, gpu, img_size, at, sample_id, rate in added:
+        changed_own: set[tuple[str, Key]] = set()
+        for model, gpu, img_size, at, sample_id, rate, job_id in added:
             key = (model, gpu, img_size)
             self._top.setdefault(key, []).append((utc(at), sample_id, rate))
             self._totals[key] = self._totals.get(key, 0) + 1
             changed.add(key)
+            self._own_top.setdefault(job_id, {}).setdefault(key, []).append((utc(at), sample_id, rate))
+            changed_own.add((job_id, key))
         for key in changed:  # newest first, as learn()'s window ranks them (at, then id, descending)
             self._top[key] = sorted(self._top[key], reverse=True)[:RECENT]
+        for job_id, key in changed_own:
+            self._own_top[job_id][key] = sorted(self._own_top[job_id][key], reverse=True)[:RECENT]
+        if added:  # a daemon runs for months: a job silent for OWN_KEPT is forgotten (its key's rate stays)
+            horizon = max(utc(at) for _, _, _, at, _, _, _ in added) - OWN_KEPT
+            for job_id in [j for j, tops in self._own_top.items()
+                           if all(top[0][0] < horizon for top in tops.values())]:
+                del self._own_top[job_id]
         return {key: statistics.median(rate for _, _, rate in top) for key, top in self._top.items()
                 if self._totals[key] >= 2}
 

@@ -28,7 +28,6 @@ from providers.base import InstanceRef
 from scheduler.accounting import ledger
 from scheduler.jobs import perf
 from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
-from scheduler.lifecycle.perf_learning import own_rates
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
@@ -201,7 +200,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # The planner's rates (the same memo, refreshed on the same terms); read only when a job runs.
         measured = ctx.rates.get(s, now) if rows else {}
         # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).
-        own_of = own_rates(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)])
+        own_of = ctx.rates.own(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)], now)
         moves = []
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)

@@ -52,7 +52,6 @@ from scheduler.lifecycle.agent_watch import terminate_reclaimed, watch_agents
 from scheduler.lifecycle.budget_stop import stop_at_budget
 from scheduler.lifecycle.context import SimulatedCrash, TickContext, TickReport, cloud_call
 from scheduler.lifecycle.fleet import fleet_slots
-from scheduler.lifecycle.perf_learning import own_rates
 from scheduler.lifecycle.reaper import reap_idle
 from scheduler.lifecycle.reconcile import reconcile
 from scheduler.lifecycle.set_aside import describe, screen_stored_specs, set_aside
@@ -210,7 +209,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         if not queued:
             return []
         spent = ledger.spent_by_job(s, [j.id for j in queued], fx=ctx.planner_policy().fx, now=now)
-        own = own_rates(s, [j.id for j in queued if j.epochs_done or j.preemptions])  # only a job that ran has any
+        own = ctx.rates.own(s, [j.id for j in queued if j.epochs_done or j.preemptions], now)  # a job that ran
         avoid = ctx.offers.avoided(now)
         jobs, unreadable = [], []
         for j in queued:

@@ -21,11 +21,13 @@ from scheduler.jobs import perf, perf_memory, perf_rates
 from scheduler.jobs.perf_priors import VARIANTS
 from scheduler.lifecycle.perf_learning import (
     OUTLIER_FACTOR,
+    OWN_KEPT,
     RatesMemo,
     catalog_vcpus,
     learn_from_progress,
     measured_rates,
     outlier,
+    own_rates,
     perf_table,
     prior_rate,
     record_epochs,
@@ -454,3 +456,39 @@ def test_migration_0002_adds_and_removes_only_perf_samples(store: Store) -> None
     assert "jobs" in tables
     store.migrate()
     assert "perf_samples" in inspect(store.engine).get_table_names()
+
+
+def test_rates_memo_gives_each_jobs_own_rates_as_reading_every_sample_does(store: Store) -> None:
+    # ``RatesMemo.own`` folds each job's samples in with the keys' (SQLite): after every batch of random
+    # samples of three jobs it must say what ``own_rates`` says from all of them.
+    rng = random.Random(11)
+    memo = RatesMemo()
+    jobs = ["job-a", "job-b", "job-c"]
+    keys = [("yolov9-s", "A10G", 640), ("yolov9-s", "T4", 640), ("yolov9-c", "A10G", 1280)]
+    for batch in range(10):
+        with store.session() as s:
+            for _ in range(rng.choice((0, 1, 4, 15, 30))):
+                model, gpu, img_size = rng.choice(keys)
+                at = T0 + timedelta(minutes=rng.choice((0, 5, 5, 30)) + batch * rng.choice((0, 10, 10)))
+                s.add(PerfSampleRow(at=at, job_id=rng.choice(jobs), attempt=1, model=model, gpu=gpu, gpu_count=1,
+                                    nodes=1, img_size=img_size, batch=16, train_images=1000, val_images=0,
+                                    epoch_seconds=10.0, rate_img_s=round(rng.uniform(20, 200), 2), source="agent"))
+        with store.session() as s:
+            assert memo.own(s, jobs) == own_rates(s, jobs), f"batch {batch}"
+            assert memo.own(s, ["job-a"]) == own_rates(s, ["job-a"])
+    assert len(memo.own(s, jobs)) == 3
+
+
+def test_rates_memo_forgets_a_job_silent_for_two_weeks(store: Store) -> None:
+    memo = RatesMemo()
+    with store.session() as s:
+        for i in range(2):
+            add_sample(s, 60.0, T0 + timedelta(minutes=i))
+    with store.session() as s:
+        assert memo.own(s, ["job-000000000009"]) == {"job-000000000009": (("yolov9-s", "A10G", 640, 60.0),)}
+        s.add(PerfSampleRow(at=T0 + OWN_KEPT + timedelta(hours=1), job_id="job-other", attempt=1, model="yolov9-s",
+                            gpu="T4", gpu_count=1, nodes=1, img_size=640, batch=16, train_images=1000, val_images=0,
+                            epoch_seconds=10.0, rate_img_s=50.0, source="agent"))
+    with store.session() as s:
+        assert memo.own(s, ["job-000000000009"]) == {}  # its own rates forgotten
+        assert memo.get(s)[("yolov9-s", "A10G", 640)] == 60.0  # its key's rate kept
