@@ -173,7 +173,8 @@ def add_sample(s, job_id: str, rate: float, at: datetime, *, gpu: str = "V100", 
                         epoch_seconds=epoch_h(rate) * 3600, rate_img_s=rate, source="simulated"))
 
 
-def test_own_rates_are_the_median_of_each_jobs_samples_per_key(store) -> None:
+def test_own_rates_are_the_median_of_each_jobs_samples_per_key(any_store) -> None:
+    store = any_store
     with store.session() as s:
         add_sample(s, "job-a", 30.0, T0)
         assert own_rates(s, ["job-a"]) == {}  # one sample: not yet
@@ -190,6 +191,8 @@ def test_own_rates_are_the_median_of_each_jobs_samples_per_key(store) -> None:
         assert own_rates(s, ["job-a"], recent=2)["job-a"][0] == ("yolov9-c", "V100", 640, 15.0)  # the newest two
         assert own_rates(s, ["job-b"]) == {"job-b": (("yolov9-c", "V100", 640, 55.0),)}
         assert own_rates(s, []) == {}
+        # What the tick asks (the memo: folded on SQLite, this query on PostgreSQL) says the same.
+        assert RatesMemo().own(s, ["job-a", "job-b", "job-c"]) == own_rates(s, ["job-a", "job-b"])
 
 
 @pytest.mark.parametrize("own, epoch_rate", [
