@@ -105,8 +105,8 @@ def setup_seconds(spec: JobSpec, gpu: str, *, epochs_done: int = 0) -> float:
 
 
 def add_sample(s: Session, rate: float, at: datetime, *, model: str = "yolov9-s", gpu: str = "A10G",
-               img_size: int = 640, source: str = "agent") -> None:
-    s.add(PerfSampleRow(at=at, job_id="job-000000000009", attempt=1, model=model, gpu=gpu, gpu_count=1, nodes=1,
+               img_size: int = 640, source: str = "agent", job_id: str = "job-000000000009") -> None:
+    s.add(PerfSampleRow(at=at, job_id=job_id, attempt=1, model=model, gpu=gpu, gpu_count=1, nodes=1,
                         img_size=img_size, batch=16, train_images=1000, val_images=0,
                         epoch_seconds=1000 / rate, rate_img_s=rate, source=source))
 
@@ -470,9 +470,8 @@ def test_rates_memo_gives_each_jobs_own_rates_as_reading_every_sample_does(store
             for _ in range(rng.choice((0, 1, 4, 15, 30))):
                 model, gpu, img_size = rng.choice(keys)
                 at = T0 + timedelta(minutes=rng.choice((0, 5, 5, 30)) + batch * rng.choice((0, 10, 10)))
-                s.add(PerfSampleRow(at=at, job_id=rng.choice(jobs), attempt=1, model=model, gpu=gpu, gpu_count=1,
-                                    nodes=1, img_size=img_size, batch=16, train_images=1000, val_images=0,
-                                    epoch_seconds=10.0, rate_img_s=round(rng.uniform(20, 200), 2), source="agent"))
+                add_sample(s, round(rng.uniform(20, 200), 2), at, model=model, gpu=gpu, img_size=img_size,
+                           job_id=rng.choice(jobs))
         with store.session() as s:
             assert memo.own(s, jobs) == own_rates(s, jobs), f"batch {batch}"
             assert memo.own(s, ["job-a"]) == own_rates(s, ["job-a"])
@@ -482,13 +481,11 @@ def test_rates_memo_gives_each_jobs_own_rates_as_reading_every_sample_does(store
 def test_rates_memo_forgets_a_job_silent_for_two_weeks(store: Store) -> None:
     memo = RatesMemo()
     with store.session() as s:
-        for i in range(2):
-            add_sample(s, 60.0, T0 + timedelta(minutes=i))
+        add_sample(s, 60.0, T0)
+        add_sample(s, 60.0, T0 + timedelta(minutes=1))
     with store.session() as s:
         assert memo.own(s, ["job-000000000009"]) == {"job-000000000009": (("yolov9-s", "A10G", 640, 60.0),)}
-        s.add(PerfSampleRow(at=T0 + OWN_KEPT + timedelta(hours=1), job_id="job-other", attempt=1, model="yolov9-s",
-                            gpu="T4", gpu_count=1, nodes=1, img_size=640, batch=16, train_images=1000, val_images=0,
-                            epoch_seconds=10.0, rate_img_s=50.0, source="agent"))
+        add_sample(s, 50.0, T0 + OWN_KEPT + timedelta(hours=1), gpu="T4", job_id="job-other")
     with store.session() as s:
         assert memo.own(s, ["job-000000000009"]) == {}  # its own rates forgotten
         assert memo.get(s)[("yolov9-s", "A10G", 640)] == 60.0  # its key's rate kept
