@@ -45,6 +45,7 @@ from scheduler.gpus import GPUS
 from scheduler.jobs import perf, perf_rates
 from scheduler.jobs.perf_priors import VARIANTS
 from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
+from scheduler.planner.inputs import OwnRates
 from scheduler.states import AttemptState, JobState
 from scheduler.store.tables import AttemptRow, InstanceRow, JobRow, PerfSampleRow
 from scheduler.times import utc
@@ -231,7 +232,7 @@ def catalog_vcpus(instance_type: str) -> int | None:
 
 
 def own_rates(session: Session, job_ids: Collection[str], *, min_samples: int = 2,
-              recent: int = RECENT) -> dict[str, tuple[tuple[str, str, int, float], ...]]:
+              recent: int = RECENT) -> dict[str, OwnRates]:
     """Each job's own measured rates: per (model, GPU, image size) it trained on, the median of its newest
     ``recent`` samples there, with at least ``min_samples`` (``PlanJob.own_rates``); jobs without are left out.
 
@@ -319,7 +320,7 @@ class RatesMemo:
         return self.rates
 
     def own(self, session: Session, job_ids: Collection[str],
-            now: datetime | None = None) -> dict[str, tuple[tuple[str, str, int, float], ...]]:
+            now: datetime | None = None) -> dict[str, OwnRates]:
         """``own_rates(session, job_ids)`` from the samples ``get`` has read (on its terms: at most once per
         ``refresh``), without a query of its own; PostgreSQL asks ``own_rates``."""
         if session.get_bind().dialect.name != "sqlite":

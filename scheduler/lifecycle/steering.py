@@ -31,7 +31,7 @@ from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
-from scheduler.planner.inputs import Measured, PlanJob
+from scheduler.planner.inputs import Measured, OwnRates, PlanJob, own_first
 from scheduler.planner.plan import plan, spot_allowed
 from scheduler.planner.spot_rule import RuleInput, SpotState, decide
 from scheduler.states import (
@@ -109,7 +109,7 @@ def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, stat
     moves on the same epoch time the planner plans the move with: from the priors alone, a job that
     runs slower than its prior looked to have slack the planner did not see, so the rule asked for
     spot the planner then refused, or moved it to on-demand too late for its deadline. Both read the
-    job's own rates first (``PlanJob.measured_with``), where its earlier epochs taught some."""
+    job's own rates first (``planner.inputs.own_first``), where its earlier epochs taught some."""
     if offer.spot is None or offer.on_demand is None or spec.train is None:
         return None
     est = perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0, measured=measured)
@@ -163,7 +163,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 continue  # reclaimed too often: the planner's on-demand fall-back keeps max_restarts safe
             offer = offers.get(f"{last.provider}/{last.region}/{last.zone}/{last.instance_type}")
             inp = _rule_input(ctx, job, pj.spec, offer, SpotState.idle, avoided, _window_h(ctx, now), now,
-                              pj.measured_with(measured)) if offer is not None else None
+                              own_first(measured, pj.own_rates)) if offer is not None else None
             if inp is None or inp.progress_h >= inp.compute_h:
                 # Every epoch was checkpointed but the machine went before the exit was reported:
                 # the planner relaunches it to finish (final validation), the rule has nothing to weigh.
@@ -218,7 +218,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             on_spot = job.capacity == Capacity.spot.value
             own = own_of.get(job.id, ())
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
-                              avoided, window_h, now, PlanJob.measured_with_rates(measured, own))
+                              avoided, window_h, now, own_first(measured, own))
             if inp is None:
                 continue
             decision = decide(inp)
@@ -246,7 +246,7 @@ def _just_checkpointed(job, now: datetime, window_h: float) -> bool:
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
                         measured: Measured, avoided: frozenset[str],
-                        own: tuple[tuple[str, str, int, float], ...] = ()) -> bool:
+                        own: OwnRates = ()) -> bool:
     """Whether the planner, asked now, would put the job on spot from its last checkpoint.
 
     The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot

@@ -13,6 +13,7 @@ from scheduler.money import Currency, FxRates, Money
 
 Source = Literal["new", "warm", "reserved"]  # where an option's machine comes from
 Measured = Mapping[tuple[str, str, int], float]  # perf.estimate's measured rates: (model, gpu, img_size) -> img/s
+OwnRates = tuple[tuple[str, str, int, float], ...]  # one job's own: (model, gpu, img_size, img/s), ``own_first``
 
 
 class TeamBudget(Frozen):
@@ -34,17 +35,14 @@ class PlanJob(Frozen):
     spent: Money | None = None  # already spent on earlier attempts; counts against the budget
     # The job's own measured rates, (model, gpu, img_size, img/s per GPU), from its earlier attempts' epochs:
     # they read before the pooled ``measured`` of every job (``perf_learning.own_rates``).
-    own_rates: tuple[tuple[str, str, int, float], ...] = ()
+    own_rates: OwnRates = ()
 
-    def measured_with(self, measured: Measured | None) -> Measured:
-        """``measured`` with this job's own rates in place of the pooled ones."""
-        return PlanJob.measured_with_rates(measured, self.own_rates)
 
-    @staticmethod
-    def measured_with_rates(measured: Measured | None, own: tuple[tuple[str, str, int, float], ...]) -> Measured:
-        if not own:
-            return measured or {}
-        return {**(measured or {}), **{(model, gpu, img_size): rate for model, gpu, img_size, rate in own}}
+def own_first(measured: Measured | None, own: OwnRates) -> Measured:
+    """``measured`` with one job's own rates in place of the pooled ones of the same keys."""
+    if not own:
+        return measured or {}
+    return {**(measured or {}), **{(model, gpu, img_size): rate for model, gpu, img_size, rate in own}}
 
 
 class FleetSlot(Frozen):

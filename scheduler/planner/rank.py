@@ -44,7 +44,7 @@ from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
-from scheduler.planner.inputs import PlanJob
+from scheduler.planner.inputs import PlanJob, own_first
 
 BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
                       "reservation"]
@@ -375,7 +375,7 @@ class Scorer:
     def _figures_for(self) -> OnSetup:
         job = self.job
         self._figures = figures_for(job.spec, epochs_done=job.epochs_done, nodes=self._nodes,
-                                    measured=job.measured_with(self.book.measured))
+                                    measured=own_first(self.book.measured, job.own_rates))
         return self._figures
 
     def timing(self, g: Group) -> Timing:

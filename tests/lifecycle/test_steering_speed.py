@@ -22,7 +22,7 @@ from scheduler.lifecycle.agent_reports import report_progress
 from scheduler.lifecycle.context import TickContext
 from scheduler.lifecycle.perf_learning import RatesMemo, own_rates
 from scheduler.lifecycle.steering import _rule_input, place_waiting
-from scheduler.planner.inputs import PlanJob, PlannerPolicy
+from scheduler.planner.inputs import PlanJob, PlannerPolicy, own_first
 from scheduler.planner.plan import plan
 from scheduler.planner.spot_rule import SpotState, decide
 from scheduler.settings import Settings
@@ -201,11 +201,10 @@ def test_own_rates_are_the_median_of_each_jobs_samples_per_key(any_store) -> Non
     ((), PRIOR * 0.9),
 ])
 def test_the_jobs_own_rate_reads_before_its_keys(own: tuple, epoch_rate: float) -> None:
-    measured = PlanJob.measured_with_rates({KEY: PRIOR * 0.9}, own)
+    measured = own_first({KEY: PRIOR * 0.9}, own)
     inp = rule_at(SpotState.spot, 20, 10.0, measured)
     assert inp.compute_h == pytest.approx(EPOCHS * epoch_h(epoch_rate), rel=1e-9)
-    job = PlanJob(id="j", spec=SPEC, submitted_at=T0, deadline_at=None, own_rates=own)
-    assert job.measured_with({KEY: PRIOR * 0.9}) == measured
+    assert measured[KEY] == epoch_rate  # the job's own for V100, else the key's
 
 
 def test_a_job_slower_than_its_key_leaves_spot_when_its_own_epochs_say_so() -> None:
@@ -222,7 +221,7 @@ def test_a_job_slower_than_its_key_leaves_spot_when_its_own_epochs_say_so() -> N
     calls = []
     for own in ((), (("yolov9-c", "V100", 640, own_rate),)):
         inp = _rule_input(ctx(), job, big, OFFER, SpotState.spot, frozenset(), 0.25, now,
-                          PlanJob.measured_with_rates({KEY: key_rate}, own))
+                          own_first({KEY: key_rate}, own))
         assert inp is not None
         d = decide(inp)
         calls.append((d.target, d.branch))
