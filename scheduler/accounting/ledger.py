@@ -38,7 +38,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Literal
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from scheduler.models import Frozen
@@ -98,12 +98,7 @@ class CostLine(Frozen):
 
 def open_interval_of(session: Session, instance_id: str) -> UsageIntervalRow | None:
     """The instance's open interval, if it has one."""
-    stmt = (
-        select(UsageIntervalRow)
-        .where(UsageIntervalRow.instance_id == instance_id, UsageIntervalRow.end.is_(None))
-        .order_by(UsageIntervalRow.start.desc(), UsageIntervalRow.id.desc())
-    )
-    return session.scalars(stmt).first()
+    return session.scalars(_OPEN_OF_LATEST_FIRST, {"instance_id": instance_id}).first()
 
 
 def billing_capacity(instance: InstanceRow) -> str:
@@ -162,12 +157,7 @@ def close_interval(session: Session, instance_id: str, at: datetime) -> UsageInt
     closed so none bills forever, and the latest is returned.
     """
     at = utc(at)
-    stmt = (
-        select(UsageIntervalRow)
-        .where(UsageIntervalRow.instance_id == instance_id, UsageIntervalRow.end.is_(None))
-        .order_by(UsageIntervalRow.start, UsageIntervalRow.id)
-    )
-    rows = list(session.scalars(stmt))
+    rows = list(session.scalars(_OPEN_OF, {"instance_id": instance_id}))
     for row in rows:
         if utc(row.start) > at:
             raise ValueError(f"cannot close usage interval {row.id} at {at}: it started later, at {row.start}")
@@ -266,21 +256,8 @@ def account(session: Session, now: datetime) -> int:
     """
     now = utc(now)
     _roll_over_months(session, now)
-    stmt = (
-        select(UsageIntervalRow, InstanceRow)
-        .join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id)
-        .where(
-            UsageIntervalRow.accounted.is_(False),
-            UsageIntervalRow.end.is_not(None),
-            UsageIntervalRow.end <= now,
-        )
-        .order_by(UsageIntervalRow.id)
-        # PostgreSQL: a second daemon accounting at the same moment waits here,
-        # then sees accounted=true and skips the row. SQLite ignores it (BEGIN IMMEDIATE).
-        .with_for_update(of=UsageIntervalRow)
-    )
     written = 0
-    for interval, instance in session.execute(stmt).tuples():
+    for interval, instance in session.execute(_CLOSED_UNACCOUNTED, {"now": now}).tuples():
         end = interval.end if interval.end is not None else now  # the query asks for closed ones only
         for piece in price_span(interval.start, end, instance.price_amount, instance.on_demand_amount):
             session.add(_record(interval, instance, piece))
@@ -294,8 +271,7 @@ def _roll_over_months(session: Session, now: datetime) -> None:
     this_month = month_start(now)
     # Sorted here, not by ORDER BY id: SQLite would walk the whole table in id order for that, every
     # tick, instead of the few open rows the partial index (migration 0015) finds.
-    stmt = select(UsageIntervalRow).where(UsageIntervalRow.end.is_(None), UsageIntervalRow.start < this_month)
-    for interval in sorted(session.scalars(stmt.with_for_update()), key=lambda row: row.id):
+    for interval in sorted(session.scalars(_OPEN_SINCE_BEFORE, {"month": this_month}), key=lambda row: row.id):
         start = utc(interval.start)
         while start < this_month:
             cut = next_month_start(start)
@@ -396,14 +372,12 @@ def spent_by_job(
     if not ids:
         return {}
     by_job: dict[str, list[Money]] = defaultdict(list)
-    rows = session.execute(
-        select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency).where(CostRecordRow.job_id.in_(ids))
-    )
+    rows = session.execute(_RECORDS_OF_JOBS, {"ids": ids})
     for job_id, amount, currency in rows.tuples():
         if job_id is not None:  # always, given in_(ids); says so to the type checker
             by_job[job_id].append(Money(amount=amount, currency=currency))
-    pending = _with_instance().where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.job_id.in_(ids))
-    for line in _estimate(session.execute(pending).tuples(), utc(now) if now is not None else None):
+    pending = session.execute(_UNACCOUNTED_OF_JOBS, {"ids": ids}).tuples()
+    for line in _estimate(pending, utc(now) if now is not None else None):
         if line.job_id is not None:
             by_job[line.job_id].append(line.cost)
     spent: dict[str, Money] = {}
@@ -451,6 +425,32 @@ def _with_instance() -> Select[tuple[UsageIntervalRow, InstanceRow]]:
         .join(InstanceRow, InstanceRow.id == UsageIntervalRow.instance_id)
         .order_by(UsageIntervalRow.id)
     )
+
+
+# Statements the tick asks every round, built once: built on every call, each one's construction and
+# cache key cost more than SQLite takes to answer it.
+_OPEN_OF = (select(UsageIntervalRow)
+            .where(UsageIntervalRow.instance_id == bindparam("instance_id"), UsageIntervalRow.end.is_(None))
+            .order_by(UsageIntervalRow.start, UsageIntervalRow.id))
+_OPEN_OF_LATEST_FIRST = (select(UsageIntervalRow)
+                         .where(UsageIntervalRow.instance_id == bindparam("instance_id"),
+                                UsageIntervalRow.end.is_(None))
+                         .order_by(UsageIntervalRow.start.desc(), UsageIntervalRow.id.desc()))
+_CLOSED_UNACCOUNTED = (
+    _with_instance()
+    .where(UsageIntervalRow.accounted.is_(False), UsageIntervalRow.end.is_not(None),
+           UsageIntervalRow.end <= bindparam("now"))
+    # PostgreSQL: a second daemon accounting at the same moment waits here,
+    # then sees accounted=true and skips the row. SQLite ignores it (BEGIN IMMEDIATE).
+    .with_for_update(of=UsageIntervalRow)
+)
+_OPEN_SINCE_BEFORE = (select(UsageIntervalRow)
+                      .where(UsageIntervalRow.end.is_(None), UsageIntervalRow.start < bindparam("month"))
+                      .with_for_update())
+_RECORDS_OF_JOBS = select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency).where(
+    CostRecordRow.job_id.in_(bindparam("ids", expanding=True)))
+_UNACCOUNTED_OF_JOBS = _with_instance().where(UsageIntervalRow.accounted.is_(False),
+                                              UsageIntervalRow.job_id.in_(bindparam("ids", expanding=True)))
 
 
 def _estimate(

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import structlog
-from sqlalchemy import update
+from sqlalchemy import bindparam, update
 from sqlalchemy.orm import Session
 
 from scheduler.accounting import ledger
@@ -289,6 +289,11 @@ def reclaim_refusal(at: datetime, now: datetime) -> Refusal | None:
     return None
 
 
+# Built once: every running machine's heartbeat, every tick of a simulation.
+_HEARD = (update(InstanceRow).where(InstanceRow.id.in_(bindparam("ids", expanding=True)))
+          .values(last_heartbeat_at=bindparam("heard", type_=InstanceRow.last_heartbeat_at.type)))
+
+
 def report_heartbeat(s: Session, instance_ids: Iterable[str], now: datetime) -> None:
     """The agents of these instances were heard at ``now`` (any call of theirs counts).
 
@@ -296,8 +301,7 @@ def report_heartbeat(s: Session, instance_ids: Iterable[str], now: datetime) -> 
     (the silence watch reads it), and a heartbeat racing the tick must never make its write stale."""
     ids = list(instance_ids)
     if ids:
-        s.execute(update(InstanceRow).where(InstanceRow.id.in_(ids)).values(last_heartbeat_at=now),
-                  execution_options={"synchronize_session": False})
+        s.execute(_HEARD, {"ids": ids, "heard": now}, execution_options={"synchronize_session": False})
 
 
 def report_hello(s: Session, instance_id: str, now: datetime, *, gpu_name: str, gpu_model: str | None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 
 from providers.base import InstanceRef
 from scheduler.accounting import ledger
@@ -54,6 +54,22 @@ def _minutes(span: timedelta) -> int:
     return int(span.total_seconds() // 60)
 
 
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_SILENT_SINCE = (
+    select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id,
+           InstanceRow.last_heartbeat_at, InstanceRow.running_at)
+    .where(InstanceRow.state == I.running.value, InstanceRow.running_at <= bindparam("cutoff"),
+           or_(InstanceRow.last_heartbeat_at.is_(None), InstanceRow.last_heartbeat_at <= bindparam("cutoff")))
+    .order_by(InstanceRow.id)
+)
+_RECLAIM_NOTICED = (
+    select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id, InstanceRow.job_id)
+    .where(InstanceRow.state.in_((I.running.value, I.pending.value)), InstanceRow.preempted.is_(True))
+    .order_by(InstanceRow.id)
+)
+
+
 def watch_agents(ctx: TickContext, now: datetime, report: TickReport) -> None:
     """Terminate running machines whose agents are silent, requeueing their jobs (see the module doc)."""
     minutes = ctx.settings.agent_silence_minutes
@@ -63,13 +79,7 @@ def watch_agents(ctx: TickContext, now: datetime, report: TickReport) -> None:
     cutoff = now - window
     with ctx.store.session(write=False) as s:
         # Only machines silent for the whole window since they ran: one indexed query, no rows loaded.
-        candidates = s.execute(
-            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id,
-                   InstanceRow.last_heartbeat_at, InstanceRow.running_at)
-            .where(InstanceRow.state == I.running.value, InstanceRow.running_at <= cutoff,
-                   or_(InstanceRow.last_heartbeat_at.is_(None), InstanceRow.last_heartbeat_at <= cutoff))
-            .order_by(InstanceRow.id)
-        ).all()
+        candidates = s.execute(_SILENT_SINCE, {"cutoff": cutoff}).all()
     for row_id, prov, region, cloud_id, heard, running_at in candidates:
         why = silence(utc(heard) if heard else None, utc(running_at), now, window)
         provider = ctx.providers.get(prov)
@@ -102,11 +112,7 @@ def terminate_reclaimed(ctx: TickContext, now: datetime, report: TickReport) -> 
     with ctx.store.session(write=False) as s:
         # Busy ones are passed over here, not in SQL: asked there, SQLite looked the rows up by ``job_id``
         # IS NULL, which every machine ever terminated matches, instead of by state.
-        marked = [r for r in s.execute(
-            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id, InstanceRow.job_id)
-            .where(InstanceRow.state.in_((I.running.value, I.pending.value)), InstanceRow.preempted.is_(True))
-            .order_by(InstanceRow.id)
-        ) if r.job_id is None]
+        marked = [r for r in s.execute(_RECLAIM_NOTICED) if r.job_id is None]
     for row_id, prov, region, cloud_id, _ in marked:
         provider = ctx.providers.get(prov)
         if provider is None or cloud_id is None:

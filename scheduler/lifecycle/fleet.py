@@ -66,17 +66,20 @@ def reserved_slots(reserved: Iterable[ReservedCapacity], offers: Iterable[Offer]
                      for _ in range(max(free, 0)))
     return slots
 
+# Built once, for every tick that plans (building it and its cache key cost more than the answer).
+_WARM_IDLE = (
+    select(InstanceRow)
+    # A machine whose spot reclaim notice came (``agent_reports.reclaim_pending``) is nobody's slot.
+    .where(InstanceRow.state == I.running.value, InstanceRow.job_id.is_(None), InstanceRow.preempted.is_(False))
+    .order_by(InstanceRow.id)
+)
+
 
 def fleet_slots(ctx: TickContext, s: Session, now: datetime) -> list[FleetSlot]:
     """Warm idle instances we hold, plus free units of owned reserved capacity."""
     offers = ctx.offers.by_key(ctx.providers, now)
     slots: list[FleetSlot] = []
-    idle = s.scalars(
-        select(InstanceRow)
-        # A machine whose spot reclaim notice came (``agent_reports.reclaim_pending``) is nobody's slot.
-        .where(InstanceRow.state == I.running.value, InstanceRow.job_id.is_(None), InstanceRow.preempted.is_(False))
-        .order_by(InstanceRow.id)
-    ).all()
+    idle = s.scalars(_WARM_IDLE).all()
     for row in idle:
         offer = offers.get(f"{row.provider}/{row.region}/{row.zone}/{row.instance_type}")
         if offer is None:

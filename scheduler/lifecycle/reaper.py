@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from providers.base import (
@@ -39,17 +39,27 @@ I = InstanceRowState
 # --- the idle reaper -----------------------------------------------------------------
 
 
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_IDLE_RUNNING = select(InstanceRow).where(
+    InstanceRow.state == I.running.value,
+    InstanceRow.job_id.is_(None),
+    InstanceRow.idle_since.is_not(None),
+).order_by(InstanceRow.id)
+_STOPPED_BY = (
+    select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
+    .where(InstanceRow.state == I.stopped.value,
+           func.coalesce(InstanceRow.stopped_at, InstanceRow.created_at)
+           <= bindparam("by", type_=InstanceRow.stopped_at.type))
+    .order_by(InstanceRow.id)
+)
+
+
 def reap_idle(ctx: TickContext, now: datetime, report: TickReport) -> None:
     """Stop (stop-charging) or terminate machines idle longer than their idle_stop_minutes."""
     reserved_until = {(r.provider, r.region, r.instance_type): utc(r.until) for r in ctx.settings.reserved}
     with ctx.store.session() as s:
-        idle = s.scalars(
-            select(InstanceRow).where(
-                InstanceRow.state == I.running.value,
-                InstanceRow.job_id.is_(None),
-                InstanceRow.idle_since.is_not(None),
-            ).order_by(InstanceRow.id)
-        ).all()
+        idle = s.scalars(_IDLE_RUNNING).all()
         due = []
         for row in idle:
             until = reserved_until.get((row.provider, row.region, row.instance_type))
@@ -116,12 +126,7 @@ def retire_stopped(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # Columns, not rows: a month of simulation keeps hundreds of machines stopped at once, and
         # loading each whole row every tick to read two times was most of the reaper's time.
         # Only those stopped long enough: the database compares the times.
-        stopped = s.execute(
-            select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id)
-            .where(InstanceRow.state == I.stopped.value,
-                   func.coalesce(InstanceRow.stopped_at, InstanceRow.created_at) <= now - keep)
-            .order_by(InstanceRow.id)
-        ).all()
+        stopped = s.execute(_STOPPED_BY, {"by": now - keep}).all()
         due = [(r.id, r.provider, r.region, r.cloud_id) for r in stopped if r.cloud_id]
     for row_id, prov, region, cloud_id in due:
         provider = ctx.providers.get(prov)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from providers.base import (
@@ -48,6 +48,15 @@ A, I, J = AttemptState, InstanceRowState, JobState
 
 # --- reconcile: what the clouds say -> the store ---------------------------------
 
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_LIVE_ROWS = select(InstanceRow.id, InstanceRow.state, InstanceRow.cloud_id, InstanceRow.provider).where(
+    InstanceRow.state.in_([x.value for x in INSTANCE_LIVE]))
+_TERMINATED_AMONG = select(InstanceRow.id).where(
+    InstanceRow.id.in_(bindparam("ids", expanding=True)), InstanceRow.state == I.terminated.value)
+_MARK_SEEN = (update(InstanceRow).where(InstanceRow.id.in_(bindparam("ids", expanding=True)))
+              .values(last_seen_at=bindparam("seen", type_=InstanceRow.last_seen_at.type)))
+
 
 def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
     """Every cloud is listed first, then one transaction moves the rows of all of them, then the
@@ -71,11 +80,7 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # By state alone, the providers sorted out here: asked by provider too, SQLite took the provider's
         # index and read every machine that provider ever had.
         live_of: dict[str, list] = {name: [] for name in listings}
-        for r in s.execute(
-            select(InstanceRow.id, InstanceRow.state, InstanceRow.cloud_id, InstanceRow.provider).where(
-                InstanceRow.state.in_([x.value for x in INSTANCE_LIVE])
-            )
-        ).all():
+        for r in s.execute(_LIVE_ROWS).all():
             if r.provider in live_of:
                 live_of[r.provider].append(r)
         _mark_seen(s, [r.id for name, live in live_of.items() for r in live if r.id in listings[name]], now)
@@ -100,13 +105,8 @@ def reconcile(ctx: TickContext, now: datetime, report: TickReport) -> None:
             strangers = [k for k, i in by_row.items() if k not in owned and i.state not in _GOING]
             # Rows we already count as terminated, for the few cloud instances no live row owns
             # (asked only about those: the table of terminated rows grows all month).
-            terminated_ids = set(
-                s.scalars(
-                    select(InstanceRow.id).where(
-                        InstanceRow.id.in_([k for k in strangers if k]), InstanceRow.state == I.terminated.value
-                    )
-                ).all()
-            ) if strangers else set()
+            terminated_ids = set(s.scalars(_TERMINATED_AMONG, {"ids": [k for k in strangers if k]}).all()
+                                 ) if strangers else set()
             calls.append((name, billed_stops, owned, terminated_ids))
     for name, billed_stops, owned, terminated_ids in calls:
         provider = ctx.providers[name]
@@ -192,8 +192,7 @@ def _mark_seen(s: Session, row_ids: list[str], now: datetime) -> None:
     bump the row version that guards state changes. Runs before any row is loaded, so the
     rows loaded afterwards carry it."""
     if row_ids:
-        s.execute(update(InstanceRow).where(InstanceRow.id.in_(row_ids)).values(last_seen_at=now),
-                  execution_options={"synchronize_session": False})
+        s.execute(_MARK_SEEN, {"ids": row_ids, "seen": now}, execution_options={"synchronize_session": False})
 
 
 # Cloud states the orphan sweep leaves alone: the machine is gone or on its way out.

@@ -54,13 +54,18 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
+# Built once (as the other statements every tick asks): building one and its cache key costs more than
+# SQLite takes to answer it.
+_OPEN_JOB_IDS = select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))
+
+
 def screen_stored_specs(ctx: TickContext, now: datetime, report: TickReport) -> None:
     """Fail every live job whose stored job file cannot be read back, before any phase trips on it.
 
     Each job's spec is validated once (``ctx.spec_of`` keeps it), so a tick reads only new jobs' specs.
     """
     with ctx.store.session(write=False) as s:
-        live = s.scalars(select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))).all()
+        live = s.scalars(_OPEN_JOB_IDS).all()
         unread = [job_id for job_id in live if job_id not in ctx.specs]
         if not unread:
             return

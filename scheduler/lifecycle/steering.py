@@ -178,6 +178,21 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     return out
 
 
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_STEERED = (
+    select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
+           JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,
+           InstanceRow.id.label("inst_id"), InstanceRow.provider,
+           InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
+    .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+    .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+    .where(JobRow.state == JobState.running.value, JobRow.kind == Kind.train.value,
+           JobRow.deadline_at.is_not(None), AttemptRow.state == AttemptState.running.value,
+           InstanceRow.state == InstanceRowState.running.value, InstanceRow.reserved.is_(False))
+)
+
+
 def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     if ctx.planner_policy().strategy != "gpusched":
         return  # the simulator's baselines do not steer
@@ -186,17 +201,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
     window_h, policy = _window_h(ctx, now), ctx.planner_policy()
     with ctx.store.session(write=False) as s:
         # Columns, not rows: every running training job is looked at on every tick.
-        rows = s.execute(
-            select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
-                   JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,
-                   InstanceRow.id.label("inst_id"), InstanceRow.provider,
-                   InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
-            .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
-            .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
-            .where(JobRow.state == JobState.running.value, JobRow.kind == Kind.train.value,
-                   JobRow.deadline_at.is_not(None), AttemptRow.state == AttemptState.running.value,
-                   InstanceRow.state == InstanceRowState.running.value, InstanceRow.reserved.is_(False))
-        ).all()
+        rows = s.execute(_STEERED).all()
         # The planner's rates (the same memo, refreshed on the same terms); read only when a job runs.
         measured = ctx.rates.get(s, now) if rows else {}
         # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).

@@ -147,21 +147,27 @@ def _tick(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 # --- jobs whose machine is freed: cancelled ---------------------------------------
 
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_BUSY_WITH_ENDED_JOB = (
+    select(InstanceRow)
+    .outerjoin(JobRow, JobRow.id == InstanceRow.job_id)
+    .where(
+        InstanceRow.job_id.is_not(None),
+        InstanceRow.state.in_([x.value for x in INSTANCE_LIVE]),
+        JobRow.id.is_(None) | JobRow.state.in_([x.value for x in JOB_TERMINAL]),
+    )
+)
+_REQUESTED_ROWS = select(InstanceRow).where(InstanceRow.state == I.requested.value)
+_QUEUED_JOBS = select(JobRow).where(JobRow.state == J.queued.value)
+
 
 def release_cancelled(ctx: TickContext, now: datetime) -> None:
     """An instance busy with a job that ended (cancelled, failed) becomes idle and reusable."""
     with ctx.store.session() as s:
         # Only rows whose job is gone or ended: asking for every busy row and its job each
         # tick loaded (and JSON-decoded) the whole running fleet's jobs for nothing.
-        ended = s.scalars(
-            select(InstanceRow)
-            .outerjoin(JobRow, JobRow.id == InstanceRow.job_id)
-            .where(
-                InstanceRow.job_id.is_not(None),
-                InstanceRow.state.in_([x.value for x in INSTANCE_LIVE]),
-                JobRow.id.is_(None) | JobRow.state.in_([x.value for x in JOB_TERMINAL]),
-            )
-        ).all()
+        ended = s.scalars(_BUSY_WITH_ENDED_JOB).all()
         for row in ended:
             attempt = current_attempt(s, row.job_id) if row.job_id else None
             if attempt is not None and A(attempt.state) in (A.launching, A.running):
@@ -177,7 +183,7 @@ def reissue_intents(ctx: TickContext, now: datetime, report: TickReport) -> None
     """Rows still ``requested`` after a crash or a transient error: launch again, same token."""
     grace = timedelta(seconds=ctx.settings.launch_grace_seconds)
     with ctx.store.session() as s:
-        rows = s.scalars(select(InstanceRow).where(InstanceRow.state == I.requested.value)).all()
+        rows = s.scalars(_REQUESTED_ROWS).all()
         pending = [(r.id, r.job_id) for r in rows]
     for row_id, job_id in pending:
         with ctx.store.session() as s:
@@ -205,7 +211,7 @@ def reissue_intents(ctx: TickContext, now: datetime, report: TickReport) -> None
 
 def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[Decision]:
     with ctx.store.session() as s:
-        queued = s.scalars(select(JobRow).where(JobRow.state == J.queued.value)).all()
+        queued = s.scalars(_QUEUED_JOBS).all()
         if not queued:
             return []
         spent = ledger.spent_by_job(s, [j.id for j in queued], fx=ctx.planner_policy().fx, now=now)

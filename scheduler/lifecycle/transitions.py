@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import structlog
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session, defer
 
 from providers.base import Capability, Provider
@@ -47,11 +47,13 @@ def job_to_move(s: Session, job_id: str) -> JobRow | None:
     """``s.get(JobRow, job_id)``, leaving ``plan_json`` unloaded until read (see ``_NO_PLAN``)."""
     return s.get(JobRow, job_id, options=_NO_PLAN)
 
+# Built once: asked several times a tick (building it and its cache key cost more than the answer).
+_LATEST_ATTEMPT = (select(AttemptRow).where(AttemptRow.job_id == bindparam("job_id"))
+                   .order_by(AttemptRow.number.desc()).limit(1))
+
 
 def current_attempt(s: Session, job_id: str) -> AttemptRow | None:
-    return s.scalars(
-        select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number.desc()).limit(1)
-    ).first()
+    return s.scalars(_LATEST_ATTEMPT, {"job_id": job_id}).first()
 
 
 def set_job(job: JobRow, state: JobState, now: datetime, reason: str | None = "") -> None:

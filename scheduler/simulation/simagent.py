@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session, defer
 
 from providers.base import TAG_INSTANCE, TAG_MANAGED, InstanceState, Provider
@@ -160,14 +160,7 @@ class SimAgents:
     def _running(s: Session) -> list:
         # Plain columns, not ORM rows: this runs twice a tick over every running attempt,
         # and loading (and JSON-decoding) whole rows dominated a busy simulation.
-        return s.execute(
-            select(AttemptRow.job_id, AttemptRow.number, AttemptRow.start_epoch, AttemptRow.started_at,
-                   JobRow.name, JobRow.epochs_done, InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id,
-                   InstanceRow.instance_type, InstanceRow.gpu, InstanceRow.gpu_count)
-            .join(JobRow, JobRow.id == AttemptRow.job_id)
-            .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
-            .where(AttemptRow.state == AttemptState.running.value)
-        ).all()
+        return s.execute(_RUNNING_ATTEMPTS).all()
 
     def _advance(self, s: Session, now: datetime, running: list, alive: set[str] | None) -> int:
         """Report what each running attempt did by ``now``; returns the jobs finished.
@@ -179,14 +172,11 @@ class SimAgents:
         if not reports:
             return 0
         jobs = {job_id for _, job_id, *_ in reports}
-        held = [*s.scalars(select(JobRow).options(defer(JobRow.plan_json)).where(JobRow.id.in_(jobs))),
-                *s.scalars(select(InstanceRow).where(InstanceRow.id.in_({r.id for r in running
-                                                                         if r.job_id in jobs})))]
+        held = [*s.scalars(_JOBS_AMONG, {"ids": list(jobs)}),
+                *s.scalars(_MACHINES_AMONG, {"ids": list({r.id for r in running if r.job_id in jobs})})]
         # Each job's current attempt (the one numbered as its row's ``attempt``: ``tick._act`` writes both
         # together), for all of them in one query rather than one ``current_attempt`` query per report.
-        current = {a.job_id: a for a in s.scalars(
-            select(AttemptRow).join(JobRow, (JobRow.id == AttemptRow.job_id) & (JobRow.attempt == AttemptRow.number))
-            .where(AttemptRow.job_id.in_(jobs)))}
+        current = {a.job_id: a for a in s.scalars(_CURRENT_ATTEMPTS_OF, {"ids": list(jobs)})}
         finished = 0
         for what, job_id, number, epochs, text, at in reports:
             if what == "output":  # the sandbox's stand-in for the job's output (`gpusched logs`)
@@ -289,8 +279,7 @@ class SimAgents:
 
         Without ``ended_at`` no cloud is asked (a listing is a cloud call): machines the store
         believes running beat, and reconcile, which lists every cloud each tick, finds the ones lost."""
-        rows = s.execute(select(InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id)
-                         .where(InstanceRow.state == InstanceRowState.running.value)).all()
+        rows = s.execute(_RUNNING_MACHINES).all()
         beats: dict[datetime, list[str]] = {}
         for row_id, provider, cloud_id in rows:
             if row_id in self.silent:
@@ -322,6 +311,25 @@ class SimAgents:
         later = [t for t in self._finish_at.values() if t > now]
         return min(later) if later else None
 
+
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_RUNNING_ATTEMPTS = (
+    select(AttemptRow.job_id, AttemptRow.number, AttemptRow.start_epoch, AttemptRow.started_at,
+           JobRow.name, JobRow.epochs_done, InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id,
+           InstanceRow.instance_type, InstanceRow.gpu, InstanceRow.gpu_count)
+    .join(JobRow, JobRow.id == AttemptRow.job_id)
+    .join(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+    .where(AttemptRow.state == AttemptState.running.value)
+)
+_RUNNING_MACHINES = select(InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id).where(
+    InstanceRow.state == InstanceRowState.running.value)
+_JOBS_AMONG = select(JobRow).options(defer(JobRow.plan_json)).where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_MACHINES_AMONG = select(InstanceRow).where(InstanceRow.id.in_(bindparam("ids", expanding=True)))
+_CURRENT_ATTEMPTS_OF = (
+    select(AttemptRow).join(JobRow, (JobRow.id == AttemptRow.job_id) & (JobRow.attempt == AttemptRow.number))
+    .where(AttemptRow.job_id.in_(bindparam("ids", expanding=True)))
+)
 
 _SIM = "[sandbox]"
 _UNIT_LINES = 200  # at most this many epoch or shard lines at once (a simulation may step over many)

@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from pydantic import Field
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from providers.catalog import load_catalog
@@ -183,9 +183,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
 def open_work(s: Session) -> tuple[int, int]:
     """The jobs not yet ended and the machines still awake (neither stopped nor terminated; reserved ones aside):
     while either is not zero, a simulation (and the demo) has something left to happen."""
-    open_jobs = s.scalar(select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))) or 0
-    awake = s.scalar(select(func.count()).select_from(InstanceRow).where(
-        InstanceRow.state.in_(INSTANCE_AWAKE), InstanceRow.reserved.is_(False))) or 0
+    open_jobs = s.scalar(_OPEN_JOBS) or 0
+    awake = s.scalar(_AWAKE_MACHINES) or 0
     return open_jobs, awake
 
 
@@ -201,21 +200,17 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
     t = agents.next_event_after(now)
     if t is not None:
         times.append(t)
-    waiting = s.scalar(select(JobRow.id).where(JobRow.state == "queued").limit(1)) is not None
+    waiting = s.scalar(_ANY_QUEUED) is not None
     # The machines that make an event: intents not yet launched (planned again soon), idle running ones
     # (their stop time) and the first stopped one to retire (``retire`` after its stop; only the first counts,
     # and a busy month keeps a hundred or more stopped machines, so SQL finds it rather than all of them).
     requested = False
-    for state, idle_since, minutes in s.execute(
-            select(InstanceRow.state, InstanceRow.idle_since, InstanceRow.idle_stop_minutes)
-            .where((InstanceRow.state == _REQUESTED) | (
-                (InstanceRow.state == _RUNNING) & InstanceRow.job_id.is_(None) & InstanceRow.idle_since.is_not(None)))):
+    for state, idle_since, minutes in s.execute(_INTENTS_AND_IDLE):
         if state == _RUNNING:
             times.append(utc(idle_since) + timedelta(minutes=minutes))
         else:
             requested = True
-    first_stop = s.scalar(select(func.min(InstanceRow.stopped_at)).where(
-        InstanceRow.state == _STOPPED, InstanceRow.stopped_at > now - retire))
+    first_stop = s.scalar(_FIRST_STOP_AFTER, {"after": now - retire})
     if first_stop is not None:
         times.append(utc(first_stop) + retire)
     if waiting or requested:
@@ -225,6 +220,18 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 
 _RUNNING, _STOPPED = InstanceRowState.running.value, InstanceRowState.stopped.value
 _REQUESTED = InstanceRowState.requested.value
+
+# Statements built once: built on every tick, each one's construction and cache key cost more than
+# SQLite takes to answer it.
+_OPEN_JOBS = select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
+_AWAKE_MACHINES = select(func.count()).select_from(InstanceRow).where(
+    InstanceRow.state.in_(INSTANCE_AWAKE), InstanceRow.reserved.is_(False))
+_ANY_QUEUED = select(JobRow.id).where(JobRow.state == "queued").limit(1)
+_INTENTS_AND_IDLE = select(InstanceRow.state, InstanceRow.idle_since, InstanceRow.idle_stop_minutes).where(
+    (InstanceRow.state == _REQUESTED)
+    | ((InstanceRow.state == _RUNNING) & InstanceRow.job_id.is_(None) & InstanceRow.idle_since.is_not(None)))
+_FIRST_STOP_AFTER = select(func.min(InstanceRow.stopped_at)).where(
+    InstanceRow.state == _STOPPED, InstanceRow.stopped_at > bindparam("after"))
 
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
