@@ -33,7 +33,7 @@ from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
 from scheduler.planner.inputs import Measured, OwnRates, PlanJob, own_first
 from scheduler.planner.plan import plan, spot_allowed
-from scheduler.planner.spot_rule import RuleInput, SpotState, decide
+from scheduler.planner.spot_rule import RuleInput, SpotState, decide, decide_all
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
@@ -206,7 +206,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         measured = ctx.rates.get(s, now) if rows else {}
         # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).
         own_of = ctx.rates.own(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)], now)
-        moves = []
+        asked = []  # (job, spec, on spot, its own rates, the rule's input): decided on together below
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
             if spec.policy.capacity != "auto" or spec.resources.nodes > 1:
@@ -224,9 +224,11 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             own = own_of.get(job.id, ())
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now, own_first(measured, own))
-            if inp is None:
-                continue
-            decision = decide(inp)
+            if inp is not None:
+                asked.append((job, spec, on_spot, own, inp))
+        moves = []
+        decisions = decide_all([inp for *_, inp in asked])
+        for (job, spec, on_spot, own, inp), decision in zip(asked, decisions, strict=True):
             target = decision.target
             if target is SpotState.idle:
                 target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone

@@ -461,19 +461,40 @@ POLICIES: dict[str, Policy] = {
 
 
 def decide_with(policy: Policy, inp: RuleInput) -> RuleDecision:
-    facts = Facts.of([inp])
+    return decide_all_with(policy, [inp])[0]
+
+
+def decide_all_with(policy: Policy, inputs: Sequence[RuleInput]) -> list[RuleDecision]:
+    """One decision per input, in order, from one pass of ``policy`` over all of them: each lane is worked
+    out on its own (the rules are element-wise), so a job's decision is what it would be alone, while
+    the array set-up, most of a single decision's cost, is paid once a tick instead of once a job."""
+    if not inputs:
+        return []
+    lanes = len(inputs)
+    facts = Facts.of(inputs)
     choice = policy(facts)
-    branch = BRANCHES[int(choice.branch[0])]
-    values: dict[str, float] = {n: float(np.asarray(v).reshape(-1)[0]) for n, v in choice.numbers.items()}
-    values.update(progress_h=inp.progress_h, left_h=float(facts.left_h[0]), spell_h=inp.spell_h, outage_h=inp.outage_h)
-    values.setdefault("remaining_h", inp.remaining_h)
-    values.setdefault("slack_h", float(facts.slack_h[0]))
-    return RuleDecision(target=branch.target, branch=branch.name, reason=branch.why.format(**values))
+    left, slack = facts.left_h, facts.slack_h
+    numbers = {n: np.broadcast_to(np.asarray(v, dtype=float), (lanes,)) for n, v in choice.numbers.items()}
+    out = []
+    for lane, inp in enumerate(inputs):
+        branch = BRANCHES[int(choice.branch[lane])]
+        values: dict[str, float] = {n: float(v[lane]) for n, v in numbers.items()}
+        values.update(progress_h=inp.progress_h, left_h=float(left[lane]), spell_h=inp.spell_h,
+                      outage_h=inp.outage_h)
+        values.setdefault("remaining_h", inp.remaining_h)
+        values.setdefault("slack_h", float(slack[lane]))
+        out.append(RuleDecision(target=branch.target, branch=branch.name, reason=branch.why.format(**values)))
+    return out
 
 
 def decide(inp: RuleInput) -> RuleDecision:
     """gpusched's rule: what the job should run on for the next tick, and why."""
     return decide_with(gpusched_rule, inp)
+
+
+def decide_all(inputs: Sequence[RuleInput]) -> list[RuleDecision]:
+    """``decide`` for several jobs at once (the tick's steering: every job that just checkpointed)."""
+    return decide_all_with(gpusched_rule, inputs)
 
 
 def greedy(inp: RuleInput) -> RuleDecision:

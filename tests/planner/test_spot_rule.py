@@ -21,6 +21,7 @@ from scheduler.planner.spot_rule import (
     RuleInput,
     SpotState,
     decide,
+    decide_all,
     gpusched_rule,
     greedy,
     od_only,
@@ -262,6 +263,9 @@ def test_batch_and_single_decisions_agree() -> None:
     ]  # fmt: skip
     batch = gpusched_rule(Facts.of(many))
     assert [STATES[t] for t in batch.target] == [decide(i).target for i in many]
+    # What the tick's steering asks: every decision, reason included, the one the job gets alone.
+    assert decide_all(many) == [decide(i) for i in many]
+    assert decide_all([]) == []
 
 
 @pytest.mark.parametrize(
