@@ -7,6 +7,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import event, text
 
 from scheduler.errors import LeadershipLost
 from scheduler.store.database import Store
@@ -169,6 +170,37 @@ def test_a_takeover_waits_for_a_fenced_transaction_to_commit(any_store: Store) -
         assert not done.wait(0.5), "the takeover did not wait for the fenced transaction"
     contender.join(timeout=15)
     assert done.is_set() and result[0].holder == "b" and result[0].term == 2
+
+
+def test_the_fence_locks_the_lease_and_limits_its_idle_time_in_one_statement(pg_store: Store) -> None:
+    """A leader frozen after the fence's lock must not hold it past its lease: the statement that takes
+    the share lock also sets the transaction's idle limit to the lease's time left, so there is no moment
+    between the two (a SET after the SELECT left one: a SIGSTOP there blocked every takeover for ever)."""
+    take(pg_store, "a", T0)
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:  # noqa: ANN001
+        sent.append(statement)
+
+    event.listen(pg_store.engine, "before_cursor_execute", record)
+    try:
+        with pg_store.session() as s:
+            check_fence(s, "tick", "a", 1, T0 + timedelta(seconds=10))
+            fence = list(sent)
+            limit = s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+        with pg_store.session() as s:
+            check_fence(s, "tick", "a", 1, T0 + LEASE - timedelta(milliseconds=200))
+            floor = s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+        with pg_store.session() as s:
+            after = s.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+    finally:
+        event.remove(pg_store.engine, "before_cursor_execute", record)
+    locking = [q for q in fence if "FOR SHARE" in q.upper()]
+    assert len(locking) == 1 and "set_config" in locking[0] and "idle_in_transaction_session_timeout" not in "".join(
+        q for q in fence if q is not locking[0])
+    assert limit == "20s"  # the lease's 20 s left
+    assert floor == "1s"  # never less than a second
+    assert after == "0"  # transaction-local: the next transaction has no limit
 
 
 def test_holder_ids_name_the_host_and_process_and_differ_per_call() -> None:
