@@ -289,7 +289,7 @@ def reclaim_refusal(at: datetime, now: datetime) -> Refusal | None:
     return None
 
 
-# Built once: every running machine's heartbeat, every tick of a simulation.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _HEARD = (update(InstanceRow).where(InstanceRow.id.in_(bindparam("ids", expanding=True)))
           .values(last_heartbeat_at=bindparam("heard", type_=InstanceRow.last_heartbeat_at.type)))
 

@@ -54,8 +54,7 @@ def _minutes(span: timedelta) -> int:
     return int(span.total_seconds() // 60)
 
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _SILENT_SINCE = (
     select(InstanceRow.id, InstanceRow.provider, InstanceRow.region, InstanceRow.cloud_id,
            InstanceRow.last_heartbeat_at, InstanceRow.running_at)

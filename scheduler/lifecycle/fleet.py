@@ -66,7 +66,7 @@ def reserved_slots(reserved: Iterable[ReservedCapacity], offers: Iterable[Offer]
                      for _ in range(max(free, 0)))
     return slots
 
-# Built once, for every tick that plans (building it and its cache key cost more than the answer).
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _WARM_IDLE = (
     select(InstanceRow)
     # A machine whose spot reclaim notice came (``agent_reports.reclaim_pending``) is nobody's slot.

@@ -39,8 +39,7 @@ I = InstanceRowState
 # --- the idle reaper -----------------------------------------------------------------
 
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _IDLE_RUNNING = select(InstanceRow).where(
     InstanceRow.state == I.running.value,
     InstanceRow.job_id.is_(None),

@@ -48,8 +48,7 @@ A, I, J = AttemptState, InstanceRowState, JobState
 
 # --- reconcile: what the clouds say -> the store ---------------------------------
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _LIVE_ROWS = select(InstanceRow.id, InstanceRow.state, InstanceRow.cloud_id, InstanceRow.provider).where(
     InstanceRow.state.in_([x.value for x in INSTANCE_LIVE]))
 _TERMINATED_AMONG = select(InstanceRow.id).where(

@@ -54,8 +54,7 @@ def describe(exc: BaseException) -> str:
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
-# Built once (as the other statements every tick asks): building one and its cache key costs more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _OPEN_JOB_IDS = select(JobRow.id).where(JobRow.state.in_(JOB_OPEN))
 
 

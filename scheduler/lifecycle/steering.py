@@ -178,8 +178,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     return out
 
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _STEERED = (
     select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
            JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,

@@ -147,8 +147,7 @@ def _tick(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 # --- jobs whose machine is freed: cancelled ---------------------------------------
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _BUSY_WITH_ENDED_JOB = (
     select(InstanceRow)
     .outerjoin(JobRow, JobRow.id == InstanceRow.job_id)

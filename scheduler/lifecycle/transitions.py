@@ -47,7 +47,7 @@ def job_to_move(s: Session, job_id: str) -> JobRow | None:
     """``s.get(JobRow, job_id)``, leaving ``plan_json`` unloaded until read (see ``_NO_PLAN``)."""
     return s.get(JobRow, job_id, options=_NO_PLAN)
 
-# Built once: asked several times a tick (building it and its cache key cost more than the answer).
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _LATEST_ATTEMPT = (select(AttemptRow).where(AttemptRow.job_id == bindparam("job_id"))
                    .order_by(AttemptRow.number.desc()).limit(1))
 

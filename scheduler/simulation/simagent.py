@@ -312,8 +312,7 @@ class SimAgents:
         return min(later) if later else None
 
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _RUNNING_ATTEMPTS = (
     select(AttemptRow.job_id, AttemptRow.number, AttemptRow.start_epoch, AttemptRow.started_at,
            JobRow.name, JobRow.epochs_done, InstanceRow.id, InstanceRow.provider, InstanceRow.cloud_id,

@@ -221,8 +221,7 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
 _RUNNING, _STOPPED = InstanceRowState.running.value, InstanceRowState.stopped.value
 _REQUESTED = InstanceRowState.requested.value
 
-# Statements built once: built on every tick, each one's construction and cache key cost more than
-# SQLite takes to answer it.
+# Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _OPEN_JOBS = select(func.count()).select_from(JobRow).where(JobRow.state.in_(JOB_OPEN))
 _AWAKE_MACHINES = select(func.count()).select_from(InstanceRow).where(
     InstanceRow.state.in_(INSTANCE_AWAKE), InstanceRow.reserved.is_(False))

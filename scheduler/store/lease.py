@@ -20,7 +20,7 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import BigInteger, Text, bindparam, case, cast, func, literal, or_, select, update
+from sqlalchemy import BigInteger, ColumnElement, Text, bindparam, case, cast, func, literal, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -149,21 +149,42 @@ def release(session: Session, name: str, holder: str, now: datetime) -> bool:
     return bool(done.rowcount)
 
 
-def read(session: Session, name: str, *, share_lock: bool = False) -> Lease | None:
+def read(session: Session, name: str, *, share_lock: bool = False, idle_limit_at: datetime | None = None
+         ) -> Lease | None:
     """The lease row, or None before anyone asked for it.
 
     ``share_lock`` (PostgreSQL) holds the row against any change until the transaction ends: a
     takeover waits for the fenced transaction to commit. SQLite ignores it; its write transactions
-    already exclude each other.
+    already exclude each other. ``idle_limit_at`` (PostgreSQL, with the lock) also sets, in the same
+    statement, how long the transaction may idle: the lease's time left at that moment (``check_fence``).
     """
     query = select(_T).where(_T.c.name == name)
     if share_lock:
         query = query.with_for_update(read=True)
+        if idle_limit_at is not None and session.get_bind().dialect.name == "postgresql":
+            query = query.add_columns(_idle_limit(idle_limit_at))
     row = session.execute(query).one_or_none()
     if row is None:
         return None
     return Lease(name=row.name, holder=row.holder, term=row.term, acquired_at=row.acquired_at,
                  renewed_at=row.renewed_at, expires_at=row.expires_at)
+
+
+def _idle_limit(now: datetime) -> ColumnElement:
+    """``SET LOCAL idle_in_transaction_session_timeout`` to the lease row's time left at ``now`` (at least a
+    second), as a column of the statement that share-locks the row.
+
+    The share lock lasts as long as the transaction. A leader frozen in it (SIGSTOP, a paused VM, a long
+    GC) would hold it, and the takeover's UPDATE would wait behind it, for ever: the server ends the
+    frozen transaction's session once it idles past the lease it holds, so the lock goes with the lease.
+    In the locking statement itself: set by a second one, a leader frozen between the two held the lock
+    for ever (tests/app/test_failover.py's SIGSTOP caught it there about one run in ten)."""
+    left = _T.c.expires_at - bindparam("idle_limit_at", utc(now), type_=_T.c.expires_at.type)
+    left_ms = func.least(func.greatest(func.trunc(func.extract("epoch", left) * 1000), 1000), _MAX_IDLE_MS)
+    return func.set_config("idle_in_transaction_session_timeout", cast(cast(left_ms, BigInteger), Text), True)
+
+
+_MAX_IDLE_MS = 2**31 - 1  # the setting's largest value
 
 
 def check_fence(session: Session, name: str, holder: str, term: int, now: datetime) -> Lease:
@@ -172,37 +193,13 @@ def check_fence(session: Session, name: str, holder: str, term: int, now: dateti
     Run inside a transaction that is about to write: the row stays share-locked to its end, so on
     PostgreSQL no other daemon can take the lease between this check and the commit.
     """
-    postgres = session.get_bind().dialect.name == "postgresql"
-    lease = _read_with_idle_limit(session, name, now) if postgres else read(session, name, share_lock=True)
+    lease = read(session, name, share_lock=True, idle_limit_at=now)
     if lease is None or lease.holder != holder or lease.term != term:
         who = "nobody" if lease is None or not lease.holder else f"{lease.holder} (term {lease.term})"
         raise LeadershipLost(f"the {name} lease of term {term} is lost: now held by {who}")
     if now >= lease.expires_at:
         raise LeadershipLost(f"the {name} lease of term {term} expired at {lease.expires_at.isoformat()}")
     return lease
-
-
-def _read_with_idle_limit(session: Session, name: str, now: datetime) -> Lease | None:
-    """``read(share_lock=True)`` on PostgreSQL, whose statement also sets this transaction's
-    ``idle_in_transaction_session_timeout`` to the lease's time left at ``now`` (at least a second).
-
-    The share lock lasts as long as the transaction. A leader frozen in it (SIGSTOP, a paused VM, a long
-    GC) would hold it, and the takeover's UPDATE would wait behind it, for ever: the server ends the
-    frozen transaction's session once it idles past the lease it holds, so the lock goes with the lease.
-    Both in one statement: with the limit set by a second one, a leader frozen between the two held the
-    lock for ever (tests/app/test_failover.py's SIGSTOP caught it there about one run in ten)."""
-    left_ms = func.least(func.greatest(
-        func.trunc(func.extract("epoch", _T.c.expires_at - bindparam("now", utc(now), type_=_T.c.expires_at.type))
-                   * 1000), 1000), _MAX_IDLE_MS)
-    limit = func.set_config("idle_in_transaction_session_timeout", cast(cast(left_ms, BigInteger), Text), True)
-    row = session.execute(select(_T, limit).where(_T.c.name == name).with_for_update(read=True)).one_or_none()
-    if row is None:
-        return None
-    return Lease(name=row.name, holder=row.holder, term=row.term, acquired_at=row.acquired_at,
-                 renewed_at=row.renewed_at, expires_at=row.expires_at)
-
-
-_MAX_IDLE_MS = 2**31 - 1  # the setting's largest value
 
 
 def _ensure_row(session: Session, name: str) -> None:
