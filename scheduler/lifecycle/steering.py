@@ -138,6 +138,13 @@ def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, stat
     )
 
 
+def steered(spec: JobSpec, strategy: str) -> bool:
+    """Whether the rule watches this job once it runs (training with a deadline, capacity ``auto``, one node,
+    our strategy): the planner may then start it on spot as a stint (``PlanJob.stint``)."""
+    return (strategy == "gpusched" and spec.kind is Kind.train and spec.policy.deadline is not None
+            and spec.policy.capacity == "auto" and spec.resources.nodes == 1)
+
+
 def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]:
     """The rule's call for a training job waiting after a reclaim or a move (state idle):
     returns job id -> "spot" / "on-demand" / "wait: <reason>". Only jobs that already ran, with a
@@ -236,7 +243,8 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
-            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own):
+            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own,
+                                                                    stint=True):
                 continue  # the planner would send it straight back to on-demand: a changeover for nothing
             if on_spot:
                 ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
@@ -252,8 +260,10 @@ def _just_checkpointed(job, now: datetime, window_h: float) -> bool:
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
                         measured: Measured, avoided: frozenset[str],
-                        own: OwnRates = ()) -> bool:
-    """Whether the planner, asked now, would put the job on spot from its last checkpoint.
+                        own: OwnRates = (), *, stint: bool = False) -> bool:
+    """Whether the planner, asked now, would put the job on spot from its last checkpoint; ``stint``: as a
+    stint the rule watches (``PlanJob.stint``: room left to move to on-demand in time is enough), else it
+    must finish there.
 
     The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
     that the planner will not place there is relaunched on on-demand at once, after losing a boot and
@@ -263,7 +273,7 @@ def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: d
     spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
     pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.spot.value), submitted_at=utc(job.submitted_at),
                  deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
-                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own)
+                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own, stint=stint)
     offers = ctx.offers.offers(ctx.providers, now)
     ctx.market = market_for(offers, policy, ctx.market)
     [d] = plan([pj], offers, [], now, policy, measured=measured, market=ctx.market)

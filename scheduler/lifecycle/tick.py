@@ -55,7 +55,7 @@ from scheduler.lifecycle.fleet import fleet_slots
 from scheduler.lifecycle.reaper import reap_idle
 from scheduler.lifecycle.reconcile import reconcile
 from scheduler.lifecycle.set_aside import describe, screen_stored_specs, set_aside
-from scheduler.lifecycle.steering import place_waiting, steer
+from scheduler.lifecycle.steering import place_waiting, steer, steered
 from scheduler.lifecycle.transitions import (
     bills_boot,
     current_attempt,
@@ -217,11 +217,13 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
         own = ctx.rates.own(s, [j.id for j in queued if j.epochs_done or j.preemptions], now)  # a job that ran
         avoid = ctx.offers.avoided(now)
         jobs, unreadable = [], []
+        strategy = ctx.planner_policy().strategy
         for j in queued:
             try:
+                spec = ctx.spec_of(j.id, j.spec_json)
                 jobs.append(PlanJob(
                     id=j.id,
-                    spec=_with_override(ctx, j.id, ctx.spec_of(j.id, j.spec_json)),
+                    spec=_with_override(ctx, j.id, spec),
                     submitted_at=utc(j.submitted_at),
                     deadline_at=utc(j.deadline_at) if j.deadline_at else None,
                     epochs_done=j.epochs_done,
@@ -230,6 +232,8 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                     avoid=avoid,
                     spent=spent.get(j.id),
                     own_rates=own.get(j.id, ()),
+                    # On spot, a job the rule watches needs only room to move to on-demand in time.
+                    stint=steered(spec, strategy) and j.deadline_at is not None,
                 ))
             except Exception as exc:  # noqa: BLE001 - one job's bad row stays with that job
                 unreadable.append((j.id, exc))
@@ -301,7 +305,8 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
                     row.reason = call[6:]
                     add_event(s, now, "job_waiting", call[6:], job_id=job.id)
         else:
-            out.append(job.model_copy(update={"spec": job.spec.with_capacity(call)}))
+            # The rule watches a job it sends to spot: a stint (``PlanJob.stint``).
+            out.append(job.model_copy(update={"spec": job.spec.with_capacity(call), "stint": call == "spot"}))
     return out
 
 

@@ -36,6 +36,13 @@ class PlanJob(Frozen):
     # The job's own measured rates, (model, gpu, img_size, img/s per GPU), from its earlier attempts' epochs:
     # they read before the pooled ``measured`` of every job (``perf_learning.own_rates``).
     own_rates: OwnRates = ()
+    # A spot stint (training with a deadline, steered: ``lifecycle.steering``): the steering rule watches the
+    # job at every checkpoint and moves it to on-demand while that still meets the deadline. On spot it must
+    # then finish through its expected reclaims by the deadline itself and leave room, within the safety
+    # margin, for that move (its uninterrupted hours plus an on-demand changeover); the margin and the bad
+    # case are the rule's to keep. (A run that could not finish on spot even in expectation would be priced
+    # as if it did: not a stint.)
+    stint: bool = False
 
 
 def own_first(measured: Measured | None, own: OwnRates) -> Measured:

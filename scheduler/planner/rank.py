@@ -40,7 +40,7 @@ from typing import Literal, NamedTuple
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
 from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
-from scheduler.models import Capacity
+from scheduler.models import Capacity, Kind
 from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
@@ -135,6 +135,9 @@ class Timing:
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
     worst: datetime | None  # spot with a deadline: the finish of the bad case (``cost.on_spot``)
     physical_batch: int | None
+    # A spot stint (``PlanJob.stint``) with a deadline: the uninterrupted finish plus a move to on-demand,
+    # what its deadline check reads instead of ``finish`` and ``worst``.
+    way_out: datetime | None = None
     _late_text: str | None = None
     _needed: datetime | None = None
     _shown: tuple[float, float] | None = None
@@ -158,6 +161,9 @@ class Timing:
     def needed(self, now: datetime, safety: float) -> datetime:
         """The earliest deadline this would meet (the inverse of the deadline check); when usable."""
         if self._needed is None:
+            if self.way_out is not None:  # a stint: room for the move, and on time through its expected reclaims
+                self._needed = max(now + (self.way_out - now) / (1 - safety), self.finish)
+                return self._needed
             need = now + (self.finish - now) / (1 - safety)
             if self.capacity is _SPOT:
                 assert self.worst is not None  # a job with a deadline
@@ -175,7 +181,14 @@ class Timing:
         option's why is this text alone, without a ``Blocker``)."""
         text = self._late_text
         if text is None:
-            if self.late == "spot_risk":
+            if self.way_out is not None and self.finish > deadline:
+                text = f"misses deadline by {fmt_hours(self.finish - deadline)}"
+            elif self.way_out is not None:
+                text = ("on spot with a move to on-demand: "
+                        + (f"misses deadline by {fmt_hours(self.way_out - deadline)}" if self.way_out > deadline else
+                           f"finishes {fmt_hours(deadline - self.way_out)} before the deadline, inside the "
+                           f"{fmt_hours(margin)} safety margin"))
+            elif self.late == "spot_risk":
                 assert self.worst is not None
                 text = ("too risky on spot: a late interruption would miss the deadline by "
                         f"{fmt_hours(self.worst - deadline)}")
@@ -272,7 +285,7 @@ class Scorer:
     # Slots: one a job, made and read in the planner's hottest paths.
     __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
                  "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
-                 "_budget_rate", "_spent", "_within_at", "_over_at")
+                 "_budget_rate", "_spent", "_within_at", "_over_at", "_stint", "_boot_hours")
 
     def __init__(self, book: CandidateBook, job: PlanJob, deadline: datetime | None = None) -> None:
         """``deadline``: ``book.in_now_zone(job.deadline_at)`` when the caller has it."""
@@ -297,6 +310,9 @@ class Scorer:
         # Read once per job, not per timing.
         self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
+        # A stint is a training job's with a deadline (the steering rule watches those only).
+        self._stint = job.stint and self.deadline is not None and spec.kind is Kind.train
+        self._boot_hours = policy.boot_hours
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
         self._budget_rate = self._spent = None  # policy currency -> budget currency; spent, in the budget's
@@ -394,7 +410,14 @@ class Scorer:
         est = self._estimates[g.est_keys[self._by_gpu]]
         checkpoint = est.epoch_hours if self._resumes else None  # type: ignore[union-attr]  # it fits
         _, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
+        if self._stint:
+            return max((start + base + self._move_hours(est)) * stretch, start + h)  # type: ignore[arg-type]
         return max((start + h) * stretch, start + bad)
+
+    def _move_hours(self, est: Figures) -> float:
+        """A stint's move to on-demand (the steering rule's changeover): a boot, a restart and, on average,
+        half an epoch lost since the last checkpoint."""
+        return self._boot_hours + self._restart_hours + (est.epoch_hours or 0.0) / 2
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
@@ -410,15 +433,22 @@ class Scorer:
         deadline = self.deadline
         h = base
         n = 0.0
-        worst_at = None  # only a deadline reads spot's bad case (below, and Timing.needed)
+        worst_at = way_out = None  # only a deadline reads spot's bad case or way out (below, and Timing.needed)
         if g.capacity is _SPOT:
             checkpoint = est.epoch_hours if self._resumes else None  # else it restarts from scratch
             n, h, bad = _on_spot(base, g.rate, self._nodes, checkpoint, self._restart_hours)
-            if deadline is not None:
+            if self._stint:
+                way_out = start + _td(0, 0, 0, 0, 0, base + self._move_hours(est))
+            elif deadline is not None:
                 worst_at = start + _td(0, 0, 0, 0, 0, bad)
         finish = start + _td(0, 0, 0, 0, 0, h)  # timedelta(hours=h), in half the time
         late: Literal["deadline", "spot_risk"] | None = None
-        if deadline is not None:
+        if way_out is not None:
+            # A stint is expected to finish on spot by the deadline itself; the margin and the bad case are
+            # the steering rule's to keep: it moves the job to on-demand while that move fits before the cutoff.
+            if finish > deadline or way_out > self._cutoff:  # type: ignore[operator]  # set with the deadline
+                late = "deadline"
+        elif deadline is not None:
             # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
             # plus once more late in the run) by the deadline itself. The safety margin covers estimate
             # error; this net covers interruption bad luck.
@@ -427,7 +457,7 @@ class Scorer:
             elif worst_at is not None and self._spot_risk and worst_at > deadline:
                 late = "spot_risk"
         # Decimal hours are made when a cost is (``Timing.hours_dec``): a refusal times every bundle, costs few.
-        return Timing(g.capacity, None, h, n, None, start, finish, late, worst_at, est.physical_batch)
+        return Timing(g.capacity, None, h, n, None, start, finish, late, worst_at, est.physical_batch, way_out=way_out)
 
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""

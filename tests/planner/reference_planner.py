@@ -57,6 +57,7 @@ class RefOption:
     est_cost: Money | None = None  # policy currency, to the cent
     finish_by: datetime | None = None
     worst_finish: datetime | None = None  # spot: the finish of a bad run (see ``score``)
+    way_out: datetime | None = None  # a spot stint: the uninterrupted finish plus a move to on-demand
     physical_batch: int | None = None
     blockers: list[str] = field(default_factory=list)  # kinds, in no particular order
     held_by: str | None = None  # the job a held fleet slot went to
@@ -273,7 +274,15 @@ def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, pol
     if deadline is not None:
         # The expected finish must leave deadline_safety of the remaining time to spare...
         spare = policy.deadline_safety * max(deadline - now, timedelta(0))
-        if o.finish_by > deadline - spare:
+        if job.stint and o.capacity is SPOT and spec.kind is Kind.train:
+            # inputs.PlanJob.stint: a training job the steering rule watches must finish on spot by the deadline
+            # in expectation and leave room, within the margin, for a move to on-demand after its uninterrupted
+            # hours (a boot, a restart, half an epoch).
+            o.worst_finish = None
+            o.way_out = start + timedelta(hours=h + (policy.boot_hours + policy.restart_hours + est.epoch_hours / 2))
+            if o.finish_by > deadline or o.way_out > deadline - spare:  # on time in expectation, room to move
+                o.blockers.append("deadline")
+        elif o.finish_by > deadline - spare:
             o.blockers.append("deadline")
         # ... and spot must also survive a bad run by the deadline itself (not for the blind baselines).
         elif worst_finish is not None and not policy.naive_spot and worst_finish > deadline:

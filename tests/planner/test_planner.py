@@ -202,6 +202,50 @@ def test_on_demand_when_the_deadline_is_too_tight_for_spot(rate: float, slack: s
         assert not spot.feasible and spot_why in spot.why
 
 
+@pytest.mark.parametrize(
+    ("stint", "rate", "room_h", "capacity", "spot_why"),
+    [
+        # Must finish on spot with the margin and bad case: its reclaims push it past the cutoff.
+        (False, 1.0, 0.5, Capacity.on_demand, "deadline"),
+        # A stint: on time through its expected reclaims, and room to move to on-demand within the margin.
+        (True, 1.0, 0.5, Capacity.spot, None),
+        (True, 0.75, -0.05, Capacity.on_demand, "on spot with a move to on-demand"),  # no room for that move
+        (True, 2.0, 0.5, Capacity.on_demand, "misses deadline"),  # late even in expectation: not a stint
+    ],
+)
+def test_a_spot_stint_leaves_the_margin_and_the_bad_case_to_the_steering_rule(
+        stint: bool, rate: float, room_h: float, capacity: Capacity, spot_why: str | None) -> None:
+    """``PlanJob.stint``: a training job the steering rule watches may run on spot when it is on time through its
+    expected reclaims and a move to on-demand (a boot, a restart, half an epoch) after its uninterrupted hours
+    still fits before the safety margin: the margin and the bad case are the rule's to keep."""
+    offer = make_offer(od="1.00 USD", spot="0.30 USD", rate=rate)
+    probe = make_job(epochs=100)  # about 6 h on an A10G
+    est = estimate(probe.spec, "A10G", 1, 8)
+    move_h = POLICY.boot_hours + POLICY.restart_hours + est.epoch_hours / 2
+    # The deadline leaves ``room_h`` beyond spot's uninterrupted run and the move, stretched by the margin.
+    deadline_h = (POLICY.boot_hours + est.hours + move_h + room_h) / (1 - POLICY.deadline_safety)
+    job = make_job(epochs=100, deadline_h=deadline_h).model_copy(update={"stint": stint})
+    d = decide(job, [offer])
+    assert d.action == "launch" and d.choice is not None and d.choice.capacity is capacity
+    spot = find((d.choice, *d.alternatives), "g5.xlarge", Capacity.spot)
+    # The whole run on spot, through its expected reclaims, finishes inside the safety margin or later.
+    assert spot.finish_by > NOW + timedelta(hours=deadline_h * (1 - POLICY.deadline_safety))
+    if spot_why is not None:
+        assert not spot.feasible and spot_why in spot.why
+
+
+def test_a_stint_is_a_training_jobs_only() -> None:
+    """Inference resumes too, but the steering rule watches training only: its stint flag changes nothing."""
+    offer = make_offer(od="1.00 USD", spot="0.30 USD", rate=1.0)
+    probe = make_job(kind="infer", images=500_000)  # about 4 h on an A10G
+    h = hours_on(probe, "A10G")
+    job = make_job(kind="infer", images=500_000,
+                   deadline_h=(POLICY.boot_hours + h + 0.5) / (1 - POLICY.deadline_safety))
+    plain, stint = decide(job, [offer]), decide(job.model_copy(update={"stint": True}), [offer])
+    assert plain.choice is not None and stint.choice is not None
+    assert plain.choice.capacity is stint.choice.capacity is Capacity.on_demand
+
+
 @pytest.mark.parametrize(("until_h", "action", "source"), [(24 * 30, "reuse", "reserved"), (0.1, "launch", "new")])
 def test_reserved_slot_is_used_first_while_it_lasts(until_h: float, action: str, source: str) -> None:
     cheap_spot = make_offer("g5.xlarge", spot="0.05 USD", rate=0.0)

@@ -193,6 +193,7 @@ def random_job(rng: random.Random, offers: list[Offer], i: int) -> PlanJob:
         id=f"job-{i:02d}{rng.choice('xyz')}", spec=spec,
         submitted_at=NOW - timedelta(hours=rng.choice((0, 0, 1, 2.5))), deadline_at=deadline,
         epochs_done=epochs_done, preemptions=rng.choice((0, 0, 0, 1, 2, 4, 9)), avoid=avoid, spent=spent,
+        stint=rng.random() < 0.3,  # read by the planner for training jobs with a deadline only
     )
 
 
@@ -294,7 +295,9 @@ def on_the_edge(rng: random.Random, jobs: list[PlanJob], offers: list[Offer], fl
         assert o.est_cost is not None and o.finish_by is not None
         edge = rng.choice(("deadline", "deadline", "budget", "team"))
         if edge == "deadline":
-            if o.worst_finish is not None and rng.random() < 0.5:
+            if o.way_out is not None:  # a spot stint's check: its way out stretched by the margin, or its finish
+                deadline = max(NOW + (o.way_out - NOW) / (1 - policy.deadline_safety), o.finish_by)
+            elif o.worst_finish is not None and rng.random() < 0.5:
                 deadline = o.worst_finish
             elif policy.deadline_safety == 0:
                 deadline = o.finish_by
