@@ -18,7 +18,7 @@ would not place on spot (the rule weighs slack without the planner's safety marg
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import select
@@ -33,7 +33,7 @@ from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
 from scheduler.planner.inputs import Measured, OwnRates, PlanJob, own_first
 from scheduler.planner.plan import plan, spot_allowed
-from scheduler.planner.spot_rule import RuleInput, SpotState, decide, decide_all
+from scheduler.planner.spot_rule import GUARD, RuleInput, SpotState, decide, decide_all
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
@@ -246,6 +246,9 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own,
                                                                     stint=True):
                 continue  # the planner would send it straight back to on-demand: a changeover for nothing
+            if on_spot and decision.branch == GUARD.name and _on_time_later_on_demand(
+                    ctx, s, job, spec, now, measured, avoided, own, inp):
+                continue  # the rule weighed this machine on on-demand; a faster one is on time after another tick
             if on_spot:
                 ctx.spot_watch[job.id].left_spot_tick_h = inp.tick_h
             moves.append((job.id, job.inst_id, target, decision.reason))
@@ -278,6 +281,27 @@ def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: d
     ctx.market = market_for(offers, policy, ctx.market)
     [d] = plan([pj], offers, [], now, policy, measured=measured, market=ctx.market)
     return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.spot
+
+
+def _on_time_later_on_demand(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime, measured: Measured,
+                             avoided: frozenset[str], own: OwnRates, inp: RuleInput) -> bool:
+    """Whether the planner, asked after one more decision and a changeover from now (reclaimed at once, the job
+    would lose those and no epoch: it just checkpointed), would still launch it on on-demand within the deadline's
+    safety margin.
+
+    The rule's guard weighs the machine the job is on, on on-demand; a stint on a slow, cheap spot machine has
+    its way out on a faster one (the planner chooses the move's machine), so the guard alone gave up spot
+    hours before the deadline needed it. The question is asked only when the guard fires."""
+    policy = ctx.planner_policy()
+    later = now + timedelta(hours=inp.tick_h + inp.changeover_h - policy.boot_hours)  # the plan adds the boot
+    spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
+    pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.on_demand.value), submitted_at=utc(job.submitted_at),
+                 deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
+                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own)
+    offers = ctx.offers.offers(ctx.providers, now)
+    ctx.market = market_for(offers, policy, ctx.market)
+    [d] = plan([pj], offers, [], later, policy, measured=measured, market=ctx.market)
+    return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.on_demand
 
 
 def _move(ctx: TickContext, now: datetime, job_id: str, inst_id: str, target: SpotState, reason: str,

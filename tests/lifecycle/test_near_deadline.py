@@ -24,7 +24,7 @@ import pytest
 
 from providers.catalog import load_catalog
 from scheduler.jobs.jobfile import parse_job
-from scheduler.lifecycle.steering import _planner_takes_spot
+from scheduler.lifecycle.steering import _on_time_later_on_demand, _planner_takes_spot
 from scheduler.money import Money
 from scheduler.planner.fallback import fall_back
 from scheduler.planner.inputs import PlanJob, PlannerPolicy, TeamBudget
@@ -183,3 +183,29 @@ def test_the_rule_asks_the_planner_before_a_move_to_spot(store, sim_clock, deadl
                           preemptions=0, restarts=0)
     with store.session(write=False) as s:
         assert _planner_takes_spot(w.ctx, s, job, spec, now, {}, frozenset()) is takes_spot
+
+
+# --- the rule's guard leaves spot only when no faster on-demand run is on time after another tick ---------
+
+
+@pytest.mark.parametrize("deadline_min, tick_h, keeps_spot", [
+    (48 * 60, 0.25, True),  # two days for half an hour of work: on-demand is on time whenever it starts
+    (45, 0.0, True),  # on-demand (39 min) fits with its margin if it starts now (the changeover is the boot alone)...
+    (45, 0.25, False),  # ... not after another tick and a changeover: the guard's move is made
+])
+def test_the_guard_waits_while_the_planner_has_an_on_time_on_demand_run_after_another_tick(
+        store, sim_clock, deadline_min: int, tick_h: float, keeps_spot: bool) -> None:
+    """Issue 17 (tight-deadlines, 44): a stint on two slow spot A10s was moved off spot after 4 epochs because
+    the guard weighed those A10s on on-demand, while the planner moved the job to faster V100s with hours to
+    spare. The guard's move now waits while the planner, asked as of one more decision and a changeover from
+    now, would still launch the job on on-demand within the safety margin (``steering._on_time_later_on_demand``)."""
+    w = World(store, sim_clock)
+    base = job_spec(deadline=f"{deadline_min}m")
+    spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})})
+    now = sim_clock.now()
+    job = SimpleNamespace(id="j", submitted_at=now, deadline_at=now + timedelta(minutes=deadline_min), epochs_done=0,
+                          preemptions=0, restarts=0)
+    boot = w.ctx.planner_policy().boot_hours
+    inp = SimpleNamespace(tick_h=tick_h, changeover_h=boot + (0.2 if tick_h else 0.0))
+    with store.session(write=False) as s:
+        assert _on_time_later_on_demand(w.ctx, s, job, spec, now, {}, frozenset(), (), inp) is keeps_spot
