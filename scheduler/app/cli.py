@@ -206,6 +206,7 @@ def plan_cmd(
     from scheduler.clock import SystemClock
     from scheduler.jobs.jobfile import load_job_file
     from scheduler.lifecycle.fleet import reserved_slots
+    from scheduler.lifecycle.steering import steered
     from scheduler.planner.fallback import fall_back
     from scheduler.planner.inputs import PlanJob, PlannerPolicy
     from scheduler.planner.plan import options_for, plan
@@ -216,8 +217,11 @@ def plan_cmd(
     providers = build_providers(settings, SystemClock())
     offers = [o for p in providers.values() for o in p.offers()]
     fleet = reserved_slots(settings.reserved, offers, now, strict=True)
-    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=spec.deadline_at(now))
     policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
+    deadline = spec.deadline_at(now)
+    # As the daemon plans it: a job the steering rule will watch may start on spot as a stint.
+    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=deadline,
+                  stint=deadline is not None and steered(spec, policy.strategy))
     decision = fall_back(plan([job], offers, fleet, now, policy)[0], job, offers, now, policy)  # as the daemon
     options = options_for(job, offers, fleet, now, policy)
     title = f"{spec.name}: {spec.kind.value} {spec.model}"

@@ -177,9 +177,10 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 continue
             d = decide(inp)
             if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured, avoided,
-                                                                       pj.own_rates):
-                # The rule weighed the machine the job was on; a faster one on spot meets the deadline with
-                # the planner's margin and bad case, so the planner chooses, not a move to on-demand.
+                                                                       pj.own_rates, stint=pj.stint):
+                # The rule weighed the machine the job was on; another one on spot meets the deadline as the
+                # planner asks of this job (with its margin and bad case, or as a stint the rule watches on),
+                # so the planner chooses, not a move to on-demand.
                 continue
             out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")
     return out
