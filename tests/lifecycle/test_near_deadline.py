@@ -169,18 +169,25 @@ def test_a_job_refused_for_its_team_budget_stays_refused() -> None:
 # --- the steering rule moves a job to spot only where the planner would place it there -----------------
 
 
-@pytest.mark.parametrize("deadline_min, takes_spot", [
-    (48 * 60, True),  # two days for half an hour of work: spot, reclaims and all
-    (40, False),  # on-demand just fits; spot's reclaims would make it late: the planner keeps on-demand
-])
-def test_the_rule_asks_the_planner_before_a_move_to_spot(store, sim_clock, deadline_min: int,
-                                                         takes_spot: bool) -> None:
+def running_job(store, sim_clock, deadline_min: int):
+    """A World, and a 60-epoch training job (about half an hour on its machines) due ``deadline_min`` from now,
+    as the steering rule reads a running one: its spec, now, and its row's columns."""
     w = World(store, sim_clock)
     base = job_spec(deadline=f"{deadline_min}m")
     spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})})
     now = sim_clock.now()
     job = SimpleNamespace(id="j", submitted_at=now, deadline_at=now + timedelta(minutes=deadline_min), epochs_done=0,
                           preemptions=0, restarts=0)
+    return w, spec, now, job
+
+
+@pytest.mark.parametrize("deadline_min, takes_spot", [
+    (48 * 60, True),  # two days for half an hour of work: spot, reclaims and all
+    (40, False),  # on-demand just fits; spot's reclaims would make it late: the planner keeps on-demand
+])
+def test_the_rule_asks_the_planner_before_a_move_to_spot(store, sim_clock, deadline_min: int,
+                                                         takes_spot: bool) -> None:
+    w, spec, now, job = running_job(store, sim_clock, deadline_min)
     with store.session(write=False) as s:
         assert _planner_takes_spot(w.ctx, s, job, spec, now, {}, frozenset()) is takes_spot
 
@@ -199,12 +206,7 @@ def test_the_guard_waits_while_the_planner_has_an_on_time_on_demand_run_after_an
     the guard weighed those A10s on on-demand, while the planner moved the job to faster V100s with hours to
     spare. The guard's move now waits while the planner, asked as of one more decision and a changeover from
     now, would still launch the job on on-demand within the safety margin (``steering._on_time_later_on_demand``)."""
-    w = World(store, sim_clock)
-    base = job_spec(deadline=f"{deadline_min}m")
-    spec = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})})
-    now = sim_clock.now()
-    job = SimpleNamespace(id="j", submitted_at=now, deadline_at=now + timedelta(minutes=deadline_min), epochs_done=0,
-                          preemptions=0, restarts=0)
+    w, spec, now, job = running_job(store, sim_clock, deadline_min)
     boot = w.ctx.planner_policy().boot_hours
     inp = SimpleNamespace(tick_h=tick_h, changeover_h=boot + (0.2 if tick_h else 0.0))
     with store.session(write=False) as s:
