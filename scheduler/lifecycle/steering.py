@@ -266,8 +266,8 @@ def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: d
                         measured: Measured, avoided: frozenset[str],
                         own: OwnRates = (), *, stint: bool = False) -> bool:
     """Whether the planner, asked now, would put the job on spot from its last checkpoint; ``stint``: as a
-    stint the rule watches (``PlanJob.stint``: room left to move to on-demand in time is enough), else it
-    must finish there.
+    stint the rule watches (``PlanJob.stint``: on time through its expected reclaims, with room to move to
+    on-demand within the margin), else with the margin and the bad case.
 
     The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
     that the planner will not place there is relaunched on on-demand at once, after losing a boot and

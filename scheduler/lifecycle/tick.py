@@ -232,7 +232,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                     avoid=avoid,
                     spent=spent.get(j.id),
                     own_rates=own.get(j.id, ()),
-                    # On spot, a job the rule watches needs only room to move to on-demand in time.
+                    # A job the rule will watch may run on spot as a stint (``PlanJob.stint``).
                     stint=steered(spec, strategy) and j.deadline_at is not None,
                 ))
             except Exception as exc:  # noqa: BLE001 - one job's bad row stays with that job

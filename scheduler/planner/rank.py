@@ -135,8 +135,8 @@ class Timing:
     late: Literal["deadline", "spot_risk"] | None  # the deadline blocker, if any (its text on demand)
     worst: datetime | None  # spot with a deadline: the finish of the bad case (``cost.on_spot``)
     physical_batch: int | None
-    # A spot stint (``PlanJob.stint``) with a deadline: the uninterrupted finish plus a move to on-demand,
-    # what its deadline check reads instead of ``finish`` and ``worst``.
+    # A spot stint (``PlanJob.stint``) with a deadline: the uninterrupted finish plus a move to on-demand, which
+    # its deadline check holds to the margin instead of ``finish`` (held to the deadline itself) and ``worst``.
     way_out: datetime | None = None
     _late_text: str | None = None
     _needed: datetime | None = None
