@@ -218,10 +218,9 @@ def plan_cmd(
     offers = [o for p in providers.values() for o in p.offers()]
     fleet = reserved_slots(settings.reserved, offers, now, strict=True)
     policy = PlannerPolicy(currency=settings.report_currency, fx=settings.fx)
-    deadline = spec.deadline_at(now)
     # As the daemon plans it: a job the steering rule will watch may start on spot as a stint.
-    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=deadline,
-                  stint=deadline is not None and steered(spec, policy.strategy))
+    job = PlanJob(id="plan", spec=spec, submitted_at=now, deadline_at=spec.deadline_at(now),
+                  stint=steered(spec, policy.strategy))
     decision = fall_back(plan([job], offers, fleet, now, policy)[0], job, offers, now, policy)  # as the daemon
     options = options_for(job, offers, fleet, now, policy)
     title = f"{spec.name}: {spec.kind.value} {spec.model}"

@@ -31,6 +31,7 @@ from scheduler.lifecycle.context import TickContext, TickReport, cloud_call
 from scheduler.lifecycle.transitions import set_instance, set_job
 from scheduler.models import Capacity, JobSpec, Kind, Offer, Stock
 from scheduler.planner.book import market_for
+from scheduler.planner.cost import changeover_hours
 from scheduler.planner.inputs import Measured, OwnRates, PlanJob, own_first
 from scheduler.planner.plan import plan, spot_allowed
 from scheduler.planner.spot_rule import GUARD, RuleInput, SpotState, decide, decide_all
@@ -126,7 +127,7 @@ def _rule_input(ctx: TickContext, job: JobRow, spec: JobSpec, offer: Offer, stat
         progress_h=job.epochs_done * est.epoch_hours,
         elapsed_h=max(0.0, (now - utc(job.submitted_at)).total_seconds() / 3600),
         remaining_h=(utc(job.deadline_at) - now).total_seconds() / 3600,
-        changeover_h=policy.boot_hours + policy.restart_hours + est.epoch_hours / 2,
+        changeover_h=changeover_hours(policy.boot_hours, policy.restart_hours, est.epoch_hours),
         spot_available=True if state is SpotState.spot else market,
         price_ratio_k=price_k,
         tick_h=next_decision_h(window_h, state, watch),
@@ -149,7 +150,8 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     """The rule's call for a training job waiting after a reclaim or a move (state idle):
     returns job id -> "spot" / "on-demand" / "wait: <reason>". Only jobs that already ran, with a
     deadline and capacity auto; the planner places everything else."""
-    if ctx.planner_policy().strategy != "gpusched":
+    strategy = ctx.planner_policy().strategy
+    if strategy != "gpusched":
         return {}
     offers = ctx.offers.by_key(ctx.providers, now)
     avoided = ctx.offers.avoided(now)
@@ -157,9 +159,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
     with ctx.store.session(write=False) as s:
         measured = ctx.rates.get(s, now)  # the planner's rates this tick (the same memo)
         for pj in jobs:
-            if pj.id in ctx.capacity_override or pj.deadline_at is None or pj.spec.kind is not Kind.train:
-                continue
-            if pj.spec.policy.capacity != "auto" or pj.spec.resources.nodes > 1:
+            if pj.id in ctx.capacity_override or not steered(pj.spec, strategy):
                 continue
             job = s.get(JobRow, pj.id)
             last = s.scalars(select(AttemptRow).where(AttemptRow.job_id == pj.id)
@@ -177,10 +177,9 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
                 continue
             d = decide(inp)
             if d.target is SpotState.on_demand and _planner_takes_spot(ctx, s, job, pj.spec, now, measured, avoided,
-                                                                       pj.own_rates, stint=pj.stint):
-                # The rule weighed the machine the job was on; another one on spot meets the deadline as the
-                # planner asks of this job (with its margin and bad case, or as a stint the rule watches on),
-                # so the planner chooses, not a move to on-demand.
+                                                                       pj.own_rates):
+                # The rule weighed the machine the job was on; another one on spot meets the deadline as a
+                # stint the rule watches, so the planner chooses, not a move to on-demand.
                 continue
             out[pj.id] = {SpotState.spot: "spot", SpotState.on_demand: "on-demand"}.get(d.target, f"wait: {d.reason}")
     return out
@@ -216,7 +215,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         asked = []  # (job, spec, on spot, its own rates, the rule's input): decided on together below
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
-            if spec.policy.capacity != "auto" or spec.resources.nodes > 1:
+            if not steered(spec, policy.strategy):  # training with a deadline, by the query; auto, one node
                 continue
             moved = ctx.capacity_moved.get(job.id)
             if moved is not None and moved[0] == job.number and moved[1] != job.capacity:
@@ -244,8 +243,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if target is SpotState.spot and not spot_allowed(job.preemptions, spec.policy.max_restarts, policy,
                                                              job.restarts):
                 continue  # the planner took it off spot to keep max_restarts safe: moving back undoes that
-            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own,
-                                                                    stint=True):
+            if target is SpotState.spot and not _planner_takes_spot(ctx, s, job, spec, now, measured, avoided, own):
                 continue  # the planner would send it straight back to on-demand: a changeover for nothing
             if on_spot and decision.branch == GUARD.name and _on_time_later_on_demand(
                     ctx, s, job, spec, now, measured, avoided, own, inp):
@@ -263,25 +261,15 @@ def _just_checkpointed(job, now: datetime, window_h: float) -> bool:
 
 
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
-                        measured: Measured, avoided: frozenset[str],
-                        own: OwnRates = (), *, stint: bool = False) -> bool:
-    """Whether the planner, asked now, would put the job on spot from its last checkpoint; ``stint``: as a
-    stint the rule watches (``PlanJob.stint``: on time through its expected reclaims, with room to move to
-    on-demand within the margin), else with the margin and the bad case.
+                        measured: Measured, avoided: frozenset[str], own: OwnRates = ()) -> bool:
+    """Whether the planner, asked now, would put the job on spot from its last checkpoint, as a stint the rule
+    watches (``PlanJob.stint``: on time through its expected reclaims, with room to move to on-demand within
+    the margin).
 
-    The rule weighs the slack without the planner's safety margin and bad case; a job it moves to spot
-    that the planner will not place there is relaunched on on-demand at once, after losing a boot and
-    half an epoch (and once a move is not honoured, the rule leaves the job alone for that attempt).
-    The offers' grouping it builds, if any, is kept for the tick's own plan (``ctx.market``)."""
-    policy = ctx.planner_policy()
-    spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
-    pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.spot.value), submitted_at=utc(job.submitted_at),
-                 deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
-                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own, stint=stint)
-    offers = ctx.offers.offers(ctx.providers, now)
-    ctx.market = market_for(offers, policy, ctx.market)
-    [d] = plan([pj], offers, [], now, policy, measured=measured, market=ctx.market)
-    return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.spot
+    The rule weighs the slack without the planner's safety margin; a job it moves to spot that the planner
+    will not place there is relaunched on on-demand at once, after losing a boot and half an epoch (and once
+    a move is not honoured, the rule leaves the job alone for that attempt)."""
+    return _planner_launches(ctx, s, job, spec, Capacity.spot, now, now, measured, avoided, own)
 
 
 def _on_time_later_on_demand(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime, measured: Measured,
@@ -293,16 +281,24 @@ def _on_time_later_on_demand(ctx: TickContext, s: Session, job, spec: JobSpec, n
     The rule's guard weighs the machine the job is on, on on-demand; a stint on a slow, cheap spot machine has
     its way out on a faster one (the planner chooses the move's machine), so the guard alone gave up spot
     hours before the deadline needed it. The question is asked only when the guard fires."""
+    later = now + timedelta(hours=inp.tick_h + inp.changeover_h - ctx.planner_policy().boot_hours)  # plan adds it
+    return _planner_launches(ctx, s, job, spec, Capacity.on_demand, now, later, measured, avoided, own)
+
+
+def _planner_launches(ctx: TickContext, s: Session, job, spec: JobSpec, capacity: Capacity, now: datetime,
+                      at: datetime, measured: Measured, avoided: frozenset[str], own: OwnRates) -> bool:
+    """Whether the planner, asked as of ``at`` to place the running job ``job`` (a row's columns) alone on
+    ``capacity`` from its last checkpoint, would launch it there (on spot, as a stint). The offers' grouping
+    it builds, if any, is kept for the tick's own plan (``ctx.market``)."""
     policy = ctx.planner_policy()
-    later = now + timedelta(hours=inp.tick_h + inp.changeover_h - policy.boot_hours)  # the plan adds the boot
     spent = ledger.spent_by_job(s, [job.id], fx=policy.fx, now=now).get(job.id)
-    pj = PlanJob(id=job.id, spec=spec.with_capacity(Capacity.on_demand.value), submitted_at=utc(job.submitted_at),
+    pj = PlanJob(id=job.id, spec=spec.with_capacity(capacity.value), submitted_at=utc(job.submitted_at),
                  deadline_at=utc(job.deadline_at), epochs_done=job.epochs_done, preemptions=job.preemptions,
-                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own)
+                 restarts=job.restarts, avoid=avoided, spent=spent, own_rates=own, stint=capacity is Capacity.spot)
     offers = ctx.offers.offers(ctx.providers, now)
     ctx.market = market_for(offers, policy, ctx.market)
-    [d] = plan([pj], offers, [], later, policy, measured=measured, market=ctx.market)
-    return d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.on_demand
+    [d] = plan([pj], offers, [], at, policy, measured=measured, market=ctx.market)
+    return d.action == "launch" and d.choice is not None and d.choice.capacity is capacity
 
 
 def _move(ctx: TickContext, now: datetime, job_id: str, inst_id: str, target: SpotState, reason: str,

@@ -233,7 +233,7 @@ def plan_and_act(ctx: TickContext, now: datetime, report: TickReport) -> list[De
                     spent=spent.get(j.id),
                     own_rates=own.get(j.id, ()),
                     # A job the rule will watch may run on spot as a stint (``PlanJob.stint``).
-                    stint=steered(spec, strategy) and j.deadline_at is not None,
+                    stint=steered(spec, strategy),
                 ))
             except Exception as exc:  # noqa: BLE001 - one job's bad row stays with that job
                 unreadable.append((j.id, exc))
@@ -305,8 +305,7 @@ def _rule_placements(ctx: TickContext, now: datetime, jobs: list[PlanJob]) -> li
                     row.reason = call[6:]
                     add_event(s, now, "job_waiting", call[6:], job_id=job.id)
         else:
-            # The rule watches a job it sends to spot: a stint (``PlanJob.stint``).
-            out.append(job.model_copy(update={"spec": job.spec.with_capacity(call), "stint": call == "spot"}))
+            out.append(job.model_copy(update={"spec": job.spec.with_capacity(call)}))
     return out
 
 

@@ -57,6 +57,12 @@ def on_spot(hours: float, rate: float, nodes: int, checkpoint_hours: float | Non
     return n, hours + (n * restart_hours + min(n * lost, hours)), hours + (bad * restart_hours + min(bad * lost, hours))
 
 
+def changeover_hours(boot_hours: float, restart_hours: float, epoch_hours: float) -> float:
+    """A training job's move to another machine from its last checkpoint: a boot, a restart and, on average,
+    half an epoch lost since that checkpoint (the steering rule's changeover; a stint's way out)."""
+    return boot_hours + restart_hours + epoch_hours / 2
+
+
 def start(now: datetime, boot_hours: float, *, warm: bool) -> datetime:
     """When a machine starts working: a warm one now, a new one after its boot."""
     return now if warm else now + timedelta(hours=boot_hours)

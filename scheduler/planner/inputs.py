@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from scheduler.models import Capacity, Frozen, JobSpec, Offer
+from scheduler.models import Capacity, Frozen, JobSpec, Kind, Offer
 from scheduler.money import Currency, FxRates, Money
 
 Source = Literal["new", "warm", "reserved"]  # where an option's machine comes from
@@ -43,6 +43,11 @@ class PlanJob(Frozen):
     # case are the rule's to keep. (A run that could not finish on spot even in expectation would be priced
     # as if it did: not a stint.)
     stint: bool = False
+
+    @property
+    def as_stint(self) -> bool:
+        """``stint`` where it applies: a training job with a deadline (the steering rule watches no other)."""
+        return self.stint and self.deadline_at is not None and self.spec.kind is Kind.train
 
 
 def own_first(measured: Measured | None, own: OwnRates) -> Measured:

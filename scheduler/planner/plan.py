@@ -56,7 +56,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_CEILING
 from typing import Literal, TypedDict, TypeVar, Unpack
 
-from scheduler.models import Capacity, Frozen, Kind, Offer
+from scheduler.models import Capacity, Frozen, Offer
 from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
 from scheduler.planner.book import CandidateBook, Filter, Group, Market, Member, Rank, Rows
@@ -401,7 +401,7 @@ def _choice_reason(o: Option, job: PlanJob) -> str:
     if o.capacity is Capacity.reserved:
         return f"using reserved capacity {_label(o)}, already paid for: {plan_text}"
     goal = "the cheapest option that meets the deadline" if job.deadline_at is not None else "the cheapest option"
-    if job.stint and o.capacity is Capacity.spot and job.deadline_at is not None and job.spec.kind is Kind.train:
+    if job.as_stint and o.capacity is Capacity.spot:
         plan_text += "; it moves to on-demand if reclaims leave too little time"  # ``PlanJob.stint``
     return f"{_label(o)} is {goal}: {plan_text}"
 

@@ -40,7 +40,7 @@ from typing import Literal, NamedTuple
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
 from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
-from scheduler.models import Capacity, Kind
+from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
 from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
@@ -310,8 +310,7 @@ class Scorer:
         # Read once per job, not per timing.
         self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
-        # A stint is a training job's with a deadline (the steering rule watches those only).
-        self._stint = job.stint and self.deadline is not None and spec.kind is Kind.train
+        self._stint = job.as_stint
         self._boot_hours = policy.boot_hours
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -415,9 +414,8 @@ class Scorer:
         return max((start + h) * stretch, start + bad)
 
     def _move_hours(self, est: Figures) -> float:
-        """A stint's move to on-demand (the steering rule's changeover): a boot, a restart and, on average,
-        half an epoch lost since the last checkpoint."""
-        return self._boot_hours + self._restart_hours + (est.epoch_hours or 0.0) / 2
+        """A stint's move to on-demand: the steering rule's changeover (``cost.changeover_hours``)."""
+        return cost.changeover_hours(self._boot_hours, self._restart_hours, est.epoch_hours or 0.0)
 
     def _time(self, g: Group) -> Timing:
         key = g.est_keys[self._by_gpu]
