@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import NamedTuple
 
 from scheduler.money import Money
 
@@ -61,6 +62,47 @@ def changeover_hours(boot_hours: float, restart_hours: float, epoch_hours: float
     """A training job's move to another machine from its last checkpoint: a boot, a restart and, on average,
     half an epoch lost since that checkpoint (the steering rule's changeover; a stint's way out)."""
     return boot_hours + restart_hours + epoch_hours / 2
+
+
+class StintLeg(NamedTuple):
+    """A spot stint that its move to on-demand completes (``stint_leg``); hours after the planning moment."""
+
+    spot_hours: float  # on spot, from its start to the move: what it pays at the spot price
+    leg_hours: float  # on the on-demand machine: the work left, a restart and the half epoch lost (billed)
+    finish_hours: float  # when the on-demand leg is expected to end
+
+
+def stint_leg(start_hours: float, hours: float, cutoff_hours: float, target_hours: float, boot_hours: float,
+              restart_hours: float, epoch_hours: float) -> StintLeg | None:
+    """A training job on spot that its expected reclaims make late, moved to on-demand in time.
+
+    The steering rule keeps such a job on spot while an on-demand run still meets the deadline within its
+    safety margin, and moves it when none would later (``lifecycle.steering``): the last moment is set by
+    the fastest on-demand setup, ``target_hours`` for the whole job. On spot the job makes ``1 / hours`` of
+    its work an hour (``hours``: expected, with reclaims) from ``start_hours``; the move costs a changeover
+    (``changeover_hours``); the rest runs at ``target_hours`` and must end by ``cutoff_hours`` (the deadline
+    less its margin). None when the target is no faster than spot or there is no time on spot before the move.
+    A move later than the spot run's own end means no move: all of it on spot, nothing on on-demand.
+    """
+    if target_hours >= hours:
+        return None
+    change = changeover_hours(boot_hours, restart_hours, epoch_hours)
+    share = target_hours / hours
+    move = (cutoff_hours - change - target_hours - start_hours * share) / (1 - share)
+    if move <= start_hours:
+        return None
+    if move >= start_hours + hours:
+        return StintLeg(hours, 0.0, start_hours + hours)
+    left = 1 - (move - start_hours) / hours
+    return StintLeg(move - start_hours, left * target_hours + (restart_hours + epoch_hours / 2),
+                    move + change + left * target_hours)
+
+
+def stint_cost(hourly_amount: Decimal, hours: Decimal, spot_hours: float, leg_cost: Decimal) -> Decimal:
+    """A stint with a move's expected cost: spot until the move plus the on-demand leg (``leg_cost``, to the cent),
+    and never less than all of it on spot (``hours``): were the leg cheaper than that, the on-demand run it moves
+    to would cost less than either and be taken instead, so the lower figure is never the one chosen."""
+    return max(expected_cost(hourly_amount, hours), expected_cost(hourly_amount, Decimal(repr(spot_hours))) + leg_cost)
 
 
 def start(now: datetime, boot_hours: float, *, warm: bool) -> datetime:

@@ -370,7 +370,8 @@ def _decide(p: _Planning, limit: int) -> tuple[Decision, int | None]:
         action: Action = "launch" if choice.source == "new" else "reuse"
         runners_up = p.ranking.distinct({first.member.shape}, limit)
         alternatives = tuple(p.option(pick, first) for pick in runners_up)
-        return _decision(job, action, choice, alternatives, _choice_reason(choice, job)), first.scored.group.slot
+        return (_decision(job, action, choice, alternatives, _choice_reason(choice, job, first.scored.timing)),
+                first.scored.group.slot)
     alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), limit))
     if first.rank is _WAITING:  # only transient blockers stand in the way of the best
         return _decision(job, "wait", None, alternatives, _wait_reason(p, first)), None
@@ -392,7 +393,7 @@ def _choice_why(s: Scored, job: PlanJob) -> str:
     return f"{what}; warm, no boot" if g.source == "warm" else what
 
 
-def _choice_reason(o: Option, job: PlanJob) -> str:
+def _choice_reason(o: Option, job: PlanJob, t: Timing) -> str:
     plan_text = "~%.1f h, ~%s, done by %s" % (o.est_hours, o.est_cost, _fmt_time(o.finish_by))  # as rank.fmt_time's
     if o.expected_interruptions >= 0.05:
         plan_text += ", ~%.1f spot interruptions expected" % o.expected_interruptions
@@ -401,7 +402,11 @@ def _choice_reason(o: Option, job: PlanJob) -> str:
     if o.capacity is Capacity.reserved:
         return f"using reserved capacity {_label(o)}, already paid for: {plan_text}"
     goal = "the cheapest option that meets the deadline" if job.deadline_at is not None else "the cheapest option"
-    if job.as_stint and o.capacity is Capacity.spot:
+    if job.as_stint and o.capacity is Capacity.spot and t.target is not None:  # a stint with a move (``Timing.leg``)
+        target = t.target
+        plan_text += (f"; spot until about {_fmt_time(t.move)} (expected), then on-demand on {target.provider} "  # type: ignore[arg-type]
+                      f"{target.gpu_count}x {target.gpu}, as reclaims will leave too little time on spot")
+    elif job.as_stint and o.capacity is Capacity.spot:
         plan_text += "; it moves to on-demand if reclaims leave too little time"  # ``PlanJob.stint``
     return f"{_label(o)} is {goal}: {plan_text}"
 

@@ -43,6 +43,7 @@ from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
+from scheduler.planner.allowed import OfferFilter
 from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
 from scheduler.planner.inputs import PlanJob, own_first
 
@@ -69,6 +70,7 @@ _on_spot = cost.on_spot
 _td = timedelta
 # Enum members read once: looking one up on its class costs ~0.2 us, and the hot paths below ask often.
 _SPOT = Capacity.spot
+_ON_DEMAND_ONLY = frozenset({Capacity.on_demand})
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,13 @@ class Timing:
     # A spot stint (``PlanJob.stint``) with a deadline: the uninterrupted finish plus a move to on-demand, which
     # its deadline check holds to the margin instead of ``finish`` (held to the deadline itself) and ``worst``.
     way_out: datetime | None = None
+    # A stint its expected reclaims make late, completed by the rule's move to on-demand (``cost.stint_leg``):
+    # the hours on spot before the move and the on-demand leg's cost (policy currency), which ``cost.stint_cost``
+    # adds; ``move``: when the move is expected, and the on-demand group priced (the fastest setup). None otherwise.
+    spot_hours: float = 0.0
+    leg: Decimal | None = None
+    move: datetime | None = None
+    target: Group | None = None
     _late_text: str | None = None
     _needed: datetime | None = None
     _shown: tuple[float, float] | None = None
@@ -227,7 +236,7 @@ class Scored:
         is its cents); otherwise (reserved capacity, a zero or negative price a direct caller of plan()
         could pass) the formula, which keeps the sign of a zero."""
         t, amount = self.timing, self.hourly.amount
-        if t.hours > 0.0 and amount > 0:
+        if (t.hours > 0.0 and amount > 0) or t.leg is not None:  # a leg's cents are made from the Decimals
             return Decimal(self.prefix.cents).scaleb(-2)
         return cost.expected_cost(amount, t.hours_dec)
 
@@ -285,7 +294,7 @@ class Scorer:
     # Slots: one a job, made and read in the planner's hottest paths.
     __slots__ = ("book", "job", "_estimates", "_base", "_figures", "_timings", "_scored", "deadline", "margin",
                  "_cutoff", "past_deadline", "_resumes", "_restart_hours", "_spot_risk", "_by_gpu", "_nodes", "_budget",
-                 "_budget_rate", "_spent", "_within_at", "_over_at", "_stint", "_boot_hours")
+                 "_budget_rate", "_spent", "_within_at", "_over_at", "_stint", "_boot_hours", "_target")
 
     def __init__(self, book: CandidateBook, job: PlanJob, deadline: datetime | None = None) -> None:
         """``deadline``: ``book.in_now_zone(job.deadline_at)`` when the caller has it."""
@@ -311,6 +320,7 @@ class Scorer:
         self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
         self._stint = job.as_stint
+        self._target: tuple[Group, Decimal] | Literal[False] | None = None  # ``_fastest_on_demand``, once asked
         self._boot_hours = policy.boot_hours
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -445,7 +455,17 @@ class Scorer:
             # A stint is expected to finish on spot by the deadline itself; the margin and the bad case are
             # the steering rule's to keep: it moves the job to on-demand while that move fits before the cutoff.
             if finish > deadline or way_out > self._cutoff:  # type: ignore[operator]  # set with the deadline
-                late = "deadline"
+                # Late on this setup: the rule's move to the fastest on-demand setup may still complete it.
+                leg = self._stint_leg(start, h, est)
+                if leg is None:
+                    late = "deadline"
+                elif leg.leg_hours > 0.0:
+                    target, leg_hourly = self._target  # type: ignore[misc]  # set: a leg
+                    now = book.now
+                    return Timing(g.capacity, None, h, n, None, start, now + _td(0, 0, 0, 0, 0, leg.finish_hours),
+                                  None, None, est.physical_batch, way_out=way_out, spot_hours=leg.spot_hours,
+                                  leg=cost.expected_cost(leg_hourly, Decimal(repr(leg.leg_hours))),
+                                  move=start + _td(0, 0, 0, 0, 0, leg.spot_hours), target=target)
         elif deadline is not None:
             # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
             # plus once more late in the run) by the deadline itself. The safety margin covers estimate
@@ -456,6 +476,39 @@ class Scorer:
                 late = "spot_risk"
         # Decimal hours are made when a cost is (``Timing.hours_dec``): a refusal times every bundle, costs few.
         return Timing(g.capacity, None, h, n, None, start, finish, late, worst_at, est.physical_batch, way_out=way_out)
+
+    def _stint_leg(self, start: datetime, hours: float, est: Figures) -> cost.StintLeg | None:
+        """``cost.stint_leg`` for a spot stint late on its own setup (``hours``: expected, with reclaims), moved to
+        the job's fastest on-demand setup (``_target``)."""
+        if self._target is None:
+            self._target = self._fastest_on_demand()
+        if self._target is False:
+            return None
+        target, _ = self._target
+        now = self.book.now
+        return cost.stint_leg((start - now).total_seconds() / 3600, hours,
+                              (self._cutoff - now).total_seconds() / 3600,  # type: ignore[operator]  # a deadline
+                              self._base[target.est_keys[self._by_gpu]], self._boot_hours,  # type: ignore[arg-type]
+                              self._restart_hours, est.epoch_hours or 0.0)
+
+    def _fastest_on_demand(self) -> tuple[Group, Decimal] | Literal[False]:
+        """Where the steering rule's move would go: the new on-demand machine the job's file allows with the
+        fewest estimated hours, the cheapest of those (stock aside: the move comes later); its hourly price for
+        the job's nodes. False when there is none. The capacity the job file asks for is not read: the rule
+        watches jobs of capacity ``auto`` only (a stint's flag says it does), and steering asks about one of
+        them with its capacity set to spot (``steering._planner_launches``)."""
+        best: tuple[float, Decimal, Group] | None = None
+        f = Filter(OfferFilter.of(self.job.spec), _ON_DEMAND_ONLY, False)
+        for bundle in self.book.matching(f):
+            g = bundle[0]
+            hours = self._base_hours(g)
+            if hours is None:
+                continue
+            for g in bundle:
+                hourly = (g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)).amount
+                if best is None or (hours, hourly) < best[:2]:
+                    best = (hours, hourly, g)
+        return False if best is None else (best[2], best[1])
 
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
@@ -469,6 +522,8 @@ class Scorer:
     def cents(self, g: Group, t: Timing) -> int:
         """``g``'s expected cost on ``t`` in whole cents (``cost_of``'s, x 100), from floats where they
         settle it (``heap._add_entries`` inlines the same)."""
+        if t.leg is not None:
+            return self.exact_cents(g, t)
         nodes = self._nodes
         k = float_cents((g.hourly_f.get(nodes) or self.book.hourly_f(g, nodes)) * (t.hours * 100.0))
         return self.exact_cents(g, t) if k is None else k
@@ -480,12 +535,14 @@ class Scorer:
     def exact_cost(self, g: Group, t: Timing) -> Decimal:
         """``cost.expected_cost`` of ``g``'s price for the job's nodes on ``t``'s hours."""
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        if t.leg is not None:
+            return cost.stint_cost(hourly.amount, t.hours_dec, t.spot_hours, t.leg)
         return cost.expected_cost(hourly.amount, t.hours_dec)
 
     def cost_of(self, g: Group, t: Timing, cents: int) -> Decimal:
         """``exact_cost(g, t)``, whose cents are ``cents``, as ``Scored.cost`` makes it (a budget reads it)."""
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
-        if t.hours > 0.0 and hourly.amount > 0:
+        if (t.hours > 0.0 and hourly.amount > 0) or t.leg is not None:  # a leg's cents are made from the Decimals
             return Decimal(cents).scaleb(-2)
         return cost.expected_cost(hourly.amount, t.hours_dec)
 

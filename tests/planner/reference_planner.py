@@ -27,6 +27,7 @@ from scheduler.errors import UserError
 from scheduler.jobs.perf import figures
 from scheduler.models import Capacity, Kind, Offer, Stock
 from scheduler.money import Money
+from scheduler.planner.cost import stint_leg
 from scheduler.planner.inputs import FleetSlot, Measured, PlanJob, PlannerPolicy, TeamBudget
 from scheduler.planner.plan import MAX_ALTERNATIVES, SPARE_RESTARTS
 
@@ -58,6 +59,7 @@ class RefOption:
     finish_by: datetime | None = None
     worst_finish: datetime | None = None  # spot: the finish of a bad run (see ``score``)
     way_out: datetime | None = None  # a spot stint: the uninterrupted finish plus a move to on-demand
+    moved: bool = False  # a spot stint late on its own setup, completed by a move to on-demand (priced with it)
     physical_batch: int | None = None
     blockers: list[str] = field(default_factory=list)  # kinds, in no particular order
     held_by: str | None = None  # the job a held fleet slot went to
@@ -210,8 +212,9 @@ def new_option(offer: Offer, capacity: Capacity, source: str, instance_id: str |
 
 
 def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, policy: PlannerPolicy,
-          measured: Measured | None, held_by: str | None) -> None:
-    """Fill in ``o``'s hours, cost, finish and blockers (plan.py, the cost model and "Deadlines")."""
+          measured: Measured | None, held_by: str | None, target: tuple[float, Decimal] | None = None) -> None:
+    """Fill in ``o``'s hours, cost, finish and blockers (plan.py, the cost model and "Deadlines"); ``target``:
+    the hours and hourly price of the job's fastest new on-demand machine (``fastest_on_demand``)."""
     spec, nodes, offer = job.spec, job.spec.resources.nodes, o.offer
     # A warm instance needs no boot; new machines and reserved units do.
     start = now if o.source == "warm" else now + timedelta(hours=policy.boot_hours)
@@ -281,7 +284,19 @@ def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, pol
             o.worst_finish = None
             o.way_out = start + timedelta(hours=h + (policy.boot_hours + policy.restart_hours + est.epoch_hours / 2))
             if o.finish_by > deadline or o.way_out > deadline - spare:  # on time in expectation, room to move
-                o.blockers.append("deadline")
+                # Late on this setup: the rule's move to the fastest on-demand setup (``target``) may complete
+                # it; it pays spot until the move and on-demand after it (never less than all of it on spot).
+                leg = None if target is None else stint_leg(
+                    (start - now).total_seconds() / 3600, expected, (deadline - spare - now).total_seconds() / 3600,
+                    target[0], policy.boot_hours, policy.restart_hours, est.epoch_hours)
+                if leg is None:
+                    o.blockers.append("deadline")
+                elif leg.leg_hours > 0:
+                    leg_cost = (target[1] * Decimal(repr(leg.leg_hours))).quantize(CENT, ROUND_HALF_EVEN)
+                    spot_part = (o.price_per_hour.amount * Decimal(repr(leg.spot_hours))).quantize(CENT, ROUND_HALF_EVEN)
+                    o.est_cost = Money(amount=max(cost, spot_part + leg_cost), currency=policy.currency)
+                    o.finish_by = now + timedelta(hours=leg.finish_hours)
+                    o.moved = True
         elif o.finish_by > deadline - spare:
             o.blockers.append("deadline")
         # ... and spot must also survive a bad run by the deadline itself (not for the blind baselines).
@@ -299,15 +314,39 @@ def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, pol
             o.blockers.append("budget")
 
 
+def fastest_on_demand(job: PlanJob, offers: Sequence[Offer], policy: PlannerPolicy,
+                      measured: Measured | None) -> tuple[float, Decimal] | None:
+    """Where the steering rule's move would take a stint: of the new on-demand machines the job file allows
+    (sold out or not; whatever capacity its file asks for: a stint's flag says the rule watches it), the one with the fewest estimated hours, then the cheapest; its hours and hourly price
+    (all nodes, the policy's currency)."""
+    spec, nodes, best = job.spec, job.spec.resources.nodes, None
+    for offer in offers:
+        price = offer.price(ON_DEMAND)
+        if price is None or not job_allows(job, offer, ON_DEMAND, {ON_DEMAND}):
+            continue
+        try:
+            est = figures(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=job.epochs_done, nodes=nodes,
+                          measured=measured)
+        except UserError:
+            continue
+        if not est.fits or not math.isfinite(est.hours):
+            continue
+        hourly = (policy.fx.convert(price.per_hour, policy.currency) * nodes).amount
+        if best is None or (est.hours, hourly) < best:
+            best = (est.hours, hourly)
+    return best
+
+
 def ranked_options(job: PlanJob, offers: Sequence[Offer], fleet: list[FleetSlot], now: datetime,
                    policy: PlannerPolicy, measured: Measured | None,
                    held: Mapping[int, str] | None = None) -> list[RefOption]:
     """Every candidate of ``job``, scored, best first. ``fleet`` is canonical; ``held``: slot -> job."""
     held = held or {}
     out = candidates(job, offers, fleet, policy)
+    target = fastest_on_demand(job, offers, policy, measured) if job.stint and job.deadline_at is not None else None
     for o in out:
         slot = fleet[o.slot] if o.slot is not None else None
-        score(o, job, slot, now, policy, measured, held.get(o.slot) if o.slot is not None else None)
+        score(o, job, slot, now, policy, measured, held.get(o.slot) if o.slot is not None else None, target)
     out.sort(key=RefOption.sort_key)
     return out
 

@@ -18,6 +18,7 @@ import pytest
 from scheduler.jobs.perf import estimate
 from scheduler.models import Capacity, JobSpec, Offer, Price, Stock
 from scheduler.money import FxRates, Money
+from scheduler.planner import cost
 from scheduler.planner.inputs import FleetSlot, PlanJob, PlannerPolicy
 from scheduler.planner.plan import (
     MAX_ALTERNATIVES,
@@ -210,7 +211,9 @@ def test_on_demand_when_the_deadline_is_too_tight_for_spot(rate: float, slack: s
         # A stint: on time through its expected reclaims, and room to move to on-demand within the margin.
         (True, 1.0, 0.5, Capacity.spot, None),
         (True, 0.75, -0.05, Capacity.on_demand, "on spot with a move to on-demand"),  # no room for that move
-        (True, 2.0, 0.5, Capacity.on_demand, "misses deadline"),  # late even in expectation: not a stint
+        # Late in expectation, with room: spot until the rule's move, then on-demand, priced so (below).
+        (True, 2.0, 0.5, Capacity.spot, None),
+        (True, 2.0, -0.05, Capacity.on_demand, "misses deadline"),  # late, and no room to move
     ],
 )
 def test_a_spot_stint_leaves_the_margin_and_the_bad_case_to_the_steering_rule(
@@ -228,10 +231,65 @@ def test_a_spot_stint_leaves_the_margin_and_the_bad_case_to_the_steering_rule(
     d = decide(job, [offer])
     assert d.action == "launch" and d.choice is not None and d.choice.capacity is capacity
     spot = find((d.choice, *d.alternatives), "g5.xlarge", Capacity.spot)
-    # The whole run on spot, through its expected reclaims, finishes inside the safety margin or later.
-    assert spot.finish_by > NOW + timedelta(hours=deadline_h * (1 - POLICY.deadline_safety))
+    cutoff = NOW + timedelta(hours=deadline_h * (1 - POLICY.deadline_safety))
+    if "then on-demand" in d.reason:  # late on spot in expectation: the move makes the cutoff
+        assert rate == 2.0 and abs((spot.finish_by - cutoff).total_seconds()) < 1
+    else:  # the whole run on spot, through its expected reclaims, finishes inside the safety margin or later
+        assert spot.finish_by > cutoff
     if spot_why is not None:
         assert not spot.feasible and spot_why in spot.why
+
+
+@pytest.mark.parametrize(("spot", "capacity", "instance_type"), [
+    ("0.30 USD", Capacity.spot, "g5.xlarge"),  # spot until the move, then the A100: cheaper than the A100 throughout
+    ("0.90 USD", Capacity.on_demand, "p4de.2xlarge"),  # dearer spot: the A100 throughout costs less
+])
+def test_a_stint_late_on_spot_is_priced_with_its_move_to_the_fastest_on_demand(
+        spot: str, capacity: Capacity, instance_type: str) -> None:
+    """A stint its expected reclaims make late on its own setup runs on spot until the steering rule's move to
+    the fastest on-demand setup (the last moment that still meets the deadline less its margin), and is priced
+    as spot until then plus on-demand after (``cost.stint_leg``, ``cost.stint_cost``)."""
+    slow = make_offer("g5.xlarge", od="1.00 USD", spot=spot, rate=1.0)
+    fast = make_offer("p4de.2xlarge", gpu="A100-80G", od="1.20 USD", spot=None)
+    cutoff_h = 5.5  # A10G: ~5.9 h uninterrupted, ~7 h through its reclaims; the A100: ~3.6 h
+    deadline_h = cutoff_h / (1 - POLICY.deadline_safety)
+    job = make_job(epochs=100, deadline_h=deadline_h).model_copy(update={"stint": True})
+    d = decide(job, [slow, fast])
+    assert d.action == "launch" and d.choice is not None
+    assert (d.choice.instance_type, d.choice.capacity) == (instance_type, capacity)
+    moved = find((d.choice, *d.alternatives), "g5.xlarge", Capacity.spot)
+    a100 = find((d.choice, *d.alternatives), "p4de.2xlarge", Capacity.on_demand)
+    assert moved.feasible and a100.feasible
+    est = estimate(job.spec, "A10G", 1, 8)
+    spot_h = cost.on_spot(est.hours, 1.0, 1, est.epoch_hours, POLICY.restart_hours)[1]  # expected, with reclaims
+    leg = cost.stint_leg(POLICY.boot_hours, spot_h, cutoff_h, hours_on(job, "A100-80G"), POLICY.boot_hours,
+                         POLICY.restart_hours, est.epoch_hours)
+    assert leg is not None and 0 < leg.spot_hours and leg.leg_hours > 0
+    hours = Decimal(repr(spot_h))
+    leg_cost = cost.expected_cost(a100.price_per_hour.amount, Decimal(repr(leg.leg_hours)))
+    assert moved.est_cost.amount == max(cost.expected_cost(moved.price_per_hour.amount, hours),
+                                        cost.expected_cost(moved.price_per_hour.amount, Decimal(repr(leg.spot_hours)))
+                                        + leg_cost)
+    assert abs((moved.finish_by - (NOW + timedelta(hours=cutoff_h))).total_seconds()) < 1  # the move makes the cutoff
+    assert (moved.est_cost < a100.est_cost) is (capacity is Capacity.spot)
+    if capacity is Capacity.spot:
+        assert "then on-demand on aws 1x A100-80G" in d.reason
+
+
+@pytest.mark.parametrize(("hours", "cutoff", "target", "expected"), [
+    # start 0.1 h, changeover 0.1 + 0.2 + 0.1 = 0.4 h (boot, restart, half an epoch of 0.2 h)
+    (10.0, 8.0, 5.0, (5.0, 2.8, 8.0)),  # spot from 0.1 to 5.1 h (half its run), then 2.5 h of work on the target
+    (10.0, 8.0, 10.0, None),  # the target is no faster than spot: moving never catches up
+    (10.0, 5.4, 5.0, None),  # even a move at the start would end after the cutoff
+    (10.0, 11.0, 5.0, (10.0, 0.0, 10.1)),  # the move would come after spot's own end: all of it on spot
+])
+def test_stint_leg(hours: float, cutoff: float, target: float, expected: tuple[float, float, float] | None) -> None:
+    """``cost.stint_leg``: the latest move to the target that still ends by the cutoff, and what each side runs."""
+    leg = cost.stint_leg(0.1, hours, cutoff, target, 0.1, 0.2, 0.2)
+    if expected is None:
+        assert leg is None
+    else:
+        assert leg is not None and all(close(a, b, 1e-9) for a, b in zip(leg, expected, strict=True))
 
 
 def test_a_stint_is_a_training_jobs_only() -> None:

@@ -464,7 +464,9 @@ def test_the_scenarios_cover_every_outcome() -> None:
             if d.choice is not None:
                 seen |= {f"source {d.choice.source}", f"capacity {d.choice.capacity.value}"}
             seen |= {f"blocker {b}" for o in d.options for b in o.blockers}
-    expected = {f"action {a}" for a in ("launch", "reuse", "wait", "refuse")} | {"team wait", "team refuse"}
+            seen |= {"a stint moved" for o in d.options if o.moved}  # ranked (chosen: test_planner's table)
+    expected = {"a stint moved"}
+    expected |= {f"action {a}" for a in ("launch", "reuse", "wait", "refuse")} | {"team wait", "team refuse"}
     expected |= {f"source {s}" for s in ("new", "warm", "reserved")} | {f"capacity {c.value}" for c in Capacity}
     expected |= {f"blocker {b}" for b in BLOCKER_WORDS}
     assert expected <= seen, f"never seen: {sorted(expected - seen)}"
