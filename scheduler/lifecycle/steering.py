@@ -263,8 +263,8 @@ def _just_checkpointed(job, now: datetime, window_h: float) -> bool:
 def _planner_takes_spot(ctx: TickContext, s: Session, job, spec: JobSpec, now: datetime,
                         measured: Measured, avoided: frozenset[str], own: OwnRates = ()) -> bool:
     """Whether the planner, asked now, would put the job on spot from its last checkpoint, as a stint the rule
-    watches (``PlanJob.stint``: on time through its expected reclaims, with room to move to on-demand within
-    the margin).
+    watches (``PlanJob.stint``: on time through its expected reclaims with room to move to on-demand within
+    the margin, or completed by that move to the fastest on-demand machine).
 
     The rule weighs the slack without the planner's safety margin; a job it moves to spot that the planner
     will not place there is relaunched on on-demand at once, after losing a boot and half an epoch (and once

@@ -348,14 +348,13 @@ def _add_entries(sc: Scorer, out: list[Entry] | list[Entry | Placeholder], group
     rank ``Scored._runs`` would give each line follows from the timing and the cost alone. One loop
     for a bundle, as this runs for every group a ranking reaches."""
     blocked, late, budget = t.est_blocker is not None, t.late is not None, sc._budget
-    hours, nodes, finish = t.hours * 100.0, sc._nodes, t.finish
+    # A stint with a move (``Timing.leg``) is costed by ``Scorer.exact_cost``'s formula: NaN hours fail the screen
+    # below, which sends every group of the bundle there, with no test in the loop for the others.
+    hours, nodes, finish = t.hours * 100.0 if t.leg is None else math.nan, sc._nodes, t.finish
     hourly_f = sc.book.hourly_f
-    exact = t.leg is not None  # a stint with a move: ``Scorer.exact_cost``'s formula
     for g in groups:
         v = (g.hourly_f.get(nodes) or hourly_f(g, nodes)) * hours  # ``Scorer.cents`` (``rank.float_cents``), inline
-        if exact:
-            cents = sc.exact_cents(g, t)
-        elif 0.0 < v < _SCREEN_MAX:
+        if 0.0 < v < _SCREEN_MAX:
             cents = int(v + 0.5)
             m = 0.5 - _SCREEN_ERROR * v
             if not -m < v - cents < m:

@@ -40,8 +40,8 @@ class PlanJob(Frozen):
     # job at every checkpoint and moves it to on-demand while that still meets the deadline. On spot it must
     # then finish through its expected reclaims by the deadline itself and leave room, within the safety
     # margin, for that move (its uninterrupted hours plus an on-demand changeover); the margin and the bad
-    # case are the rule's to keep. (A run that could not finish on spot even in expectation would be priced
-    # as if it did: not a stint.)
+    # case are the rule's to keep. A run its expected reclaims make late on spot is a stint only with the rule's
+    # move to the fastest on-demand setup, and is priced with it (``cost.stint_leg``, ``rank.Timing.leg``).
     stint: bool = False
 
     @property
