@@ -276,6 +276,20 @@ def test_a_stint_late_on_spot_is_priced_with_its_move_to_the_fastest_on_demand(
         assert "then on-demand on aws 1x A100-80G" in d.reason
 
 
+def test_a_stint_asked_about_spot_alone_still_has_its_move() -> None:
+    """The steering rule asks the planner about a waiting job on spot alone (``steering._planner_takes_spot``: the
+    job's capacity set to spot); the move to on-demand is still the rule's to make, so the late run is still a
+    stint with a move. (Without it, the first simulation of this change sent the job to on-demand at its reclaim.)"""
+    slow = make_offer("g5.xlarge", od="1.00 USD", spot="0.90 USD", rate=1.0)
+    fast = make_offer("p4de.2xlarge", gpu="A100-80G", od="1.20 USD", spot=None)
+    job = make_job(epochs=100, deadline_h=5.5 / (1 - POLICY.deadline_safety))
+    asked = job.model_copy(update={"stint": True, "spec": job.spec.with_capacity("spot")})
+    d = decide(asked, [slow, fast])
+    assert d.action == "launch" and d.choice is not None and d.choice.capacity is Capacity.spot
+    assert "then on-demand on aws 1x A100-80G" in d.reason
+    assert decide(asked.model_copy(update={"stint": False}), [slow, fast]).action == "refuse"
+
+
 @pytest.mark.parametrize(("hours", "cutoff", "target", "expected"), [
     # start 0.1 h, changeover 0.1 + 0.2 + 0.1 = 0.4 h (boot, restart, half an epoch of 0.2 h)
     (10.0, 8.0, 5.0, (5.0, 2.8, 8.0)),  # spot from 0.1 to 5.1 h (half its run), then 2.5 h of work on the target
