@@ -500,8 +500,7 @@ class Scorer:
         best: tuple[float, Decimal, Group] | None = None
         f = Filter(OfferFilter.of(self.job.spec), _ON_DEMAND_ONLY, False)
         for bundle in self.book.matching(f):
-            g = bundle[0]
-            hours = self._base_hours(g)
+            hours = self._base_hours(bundle[0])  # a bundle shares its setup, so its hours
             if hours is None:
                 continue
             for g in bundle:

@@ -293,7 +293,8 @@ def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, pol
                     o.blockers.append("deadline")
                 elif leg.leg_hours > 0:
                     leg_cost = (target[1] * Decimal(repr(leg.leg_hours))).quantize(CENT, ROUND_HALF_EVEN)
-                    spot_part = (o.price_per_hour.amount * Decimal(repr(leg.spot_hours))).quantize(CENT, ROUND_HALF_EVEN)
+                    spot_part = (o.price_per_hour.amount * Decimal(repr(leg.spot_hours))).quantize(
+                        CENT, ROUND_HALF_EVEN)
                     o.est_cost = Money(amount=max(cost, spot_part + leg_cost), currency=policy.currency)
                     o.finish_by = now + timedelta(hours=leg.finish_hours)
                     o.moved = True
@@ -317,8 +318,9 @@ def score(o: RefOption, job: PlanJob, slot: FleetSlot | None, now: datetime, pol
 def fastest_on_demand(job: PlanJob, offers: Sequence[Offer], policy: PlannerPolicy,
                       measured: Measured | None) -> tuple[float, Decimal] | None:
     """Where the steering rule's move would take a stint: of the new on-demand machines the job file allows
-    (sold out or not; whatever capacity its file asks for: a stint's flag says the rule watches it), the one with the fewest estimated hours, then the cheapest; its hours and hourly price
-    (all nodes, the policy's currency)."""
+    (sold out or not; whatever capacity its file asks for: a stint's flag says the rule watches it), the one
+    with the fewest estimated hours, then the cheapest; its hours and hourly price (all nodes, the policy's
+    currency)."""
     spec, nodes, best = job.spec, job.spec.resources.nodes, None
     for offer in offers:
         price = offer.price(ON_DEMAND)
