@@ -94,7 +94,8 @@ def stint_leg(start_hours: float, hours: float, cutoff_hours: float, target_hour
     if move >= start_hours + hours:
         return StintLeg(hours, 0.0, start_hours + hours)
     left = 1 - (move - start_hours) / hours
-    return StintLeg(move - start_hours, left * target_hours + (restart_hours + epoch_hours / 2),
+    # Billed on on-demand: the work left and the changeover but its boot (as a reclaim's restart is billed).
+    return StintLeg(move - start_hours, left * target_hours + (change - boot_hours),
                     move + change + left * target_hours)
 
 

@@ -402,9 +402,9 @@ def _choice_reason(o: Option, job: PlanJob, t: Timing) -> str:
     if o.capacity is Capacity.reserved:
         return f"using reserved capacity {_label(o)}, already paid for: {plan_text}"
     goal = "the cheapest option that meets the deadline" if job.deadline_at is not None else "the cheapest option"
-    target, move = t.target, t.move
-    if job.as_stint and o.capacity is Capacity.spot and target is not None and move is not None:  # ``Timing.leg``
-        plan_text += (f"; spot until about {_fmt_time(move)} (expected), then on-demand on {target.provider} "
+    target = t.target
+    if target is not None:  # a stint with a move (``Timing.leg``)
+        plan_text += (f"; spot until about {_fmt_time(t.move)} (expected), then on-demand on {target.provider} "
                       f"{target.gpu_count}x {target.gpu}, as reclaims will leave too little time on spot")
     elif job.as_stint and o.capacity is Capacity.spot:
         plan_text += "; it moves to on-demand if reclaims leave too little time"  # ``PlanJob.stint``

@@ -141,11 +141,10 @@ class Timing:
     # its deadline check holds to the margin instead of ``finish`` (held to the deadline itself) and ``worst``.
     way_out: datetime | None = None
     # A stint its expected reclaims make late, completed by the rule's move to on-demand (``cost.stint_leg``):
-    # the hours on spot before the move and the on-demand leg's cost (policy currency), which ``cost.stint_cost``
-    # adds; ``move``: when the move is expected, and the on-demand group priced (the fastest setup). None otherwise.
+    # the hours on spot before the move, the on-demand leg's cost (policy currency), which ``cost.stint_cost``
+    # adds, and the on-demand group priced (the fastest setup). None otherwise.
     spot_hours: float = 0.0
     leg: Decimal | None = None
-    move: datetime | None = None
     target: Group | None = None
     _late_text: str | None = None
     _needed: datetime | None = None
@@ -159,6 +158,11 @@ class Timing:
         if d is None:
             d = self._hours_dec = Decimal(repr(self.hours))
         return d
+
+    @property
+    def move(self) -> datetime:
+        """When a stint with a move (``leg``) is expected to leave spot."""
+        return self.start + _td(0, 0, 0, 0, 0, self.spot_hours)
 
     @property
     def shown(self) -> tuple[float, float]:
@@ -320,7 +324,7 @@ class Scorer:
         self._restart_hours, self._spot_risk = policy.restart_hours, book.spot_risk
         spec = job.spec
         self._stint = job.as_stint
-        self._target: tuple[Group, Decimal] | Literal[False] | None = None  # ``_fastest_on_demand``, once asked
+        self._target: Group | Literal[False] | None = None  # ``_fastest_on_demand``, once asked
         self._boot_hours = policy.boot_hours
         self._by_gpu = int(spec.kind in GPU_ONLY_KINDS)  # which of Group.est_keys / timing_keys
         self._nodes, self._budget = spec.resources.nodes, spec.policy.budget
@@ -460,12 +464,12 @@ class Scorer:
                 if leg is None:
                     late = "deadline"
                 elif leg.leg_hours > 0.0:
-                    target, leg_hourly = self._target  # type: ignore[misc]  # set: a leg
-                    now = book.now
-                    return Timing(g.capacity, None, h, n, None, start, now + _td(0, 0, 0, 0, 0, leg.finish_hours),
+                    target = self._target
+                    assert target  # a leg has one
+                    return Timing(g.capacity, None, h, n, None, start, book.now + _td(0, 0, 0, 0, 0, leg.finish_hours),
                                   None, None, est.physical_batch, way_out=way_out, spot_hours=leg.spot_hours,
-                                  leg=cost.expected_cost(leg_hourly, Decimal(repr(leg.leg_hours))),
-                                  move=start + _td(0, 0, 0, 0, 0, leg.spot_hours), target=target)
+                                  leg=cost.expected_cost(self._hourly(target), Decimal(repr(leg.leg_hours))),
+                                  target=target)
         elif deadline is not None:
             # Spot must also survive its bad case (``cost.on_spot``: interrupted more often than expected,
             # plus once more late in the run) by the deadline itself. The safety margin covers estimate
@@ -482,19 +486,19 @@ class Scorer:
         the job's fastest on-demand setup (``_target``)."""
         if self._target is None:
             self._target = self._fastest_on_demand()
-        if self._target is False:
+        target = self._target
+        if target is False:
             return None
-        target, _ = self._target
         now = self.book.now
         return cost.stint_leg((start - now).total_seconds() / 3600, hours,
                               (self._cutoff - now).total_seconds() / 3600,  # type: ignore[operator]  # a deadline
                               self._base[target.est_keys[self._by_gpu]], self._boot_hours,  # type: ignore[arg-type]
                               self._restart_hours, est.epoch_hours or 0.0)
 
-    def _fastest_on_demand(self) -> tuple[Group, Decimal] | Literal[False]:
+    def _fastest_on_demand(self) -> Group | Literal[False]:
         """Where the steering rule's move would go: the new on-demand machine the job's file allows with the
-        fewest estimated hours, the cheapest of those (stock aside: the move comes later); its hourly price for
-        the job's nodes. False when there is none. The capacity the job file asks for is not read: the rule
+        fewest estimated hours, the cheapest of those (stock aside: the move comes later). False when there is
+        none. The capacity the job file asks for is not read: the rule
         watches jobs of capacity ``auto`` only (a stint's flag says it does), and steering asks about one of
         them with its capacity set to spot (``steering._planner_launches``)."""
         best: tuple[float, Decimal, Group] | None = None
@@ -504,10 +508,14 @@ class Scorer:
             if hours is None:
                 continue
             for g in bundle:
-                hourly = (g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)).amount
+                hourly = self._hourly(g)
                 if best is None or (hours, hourly) < best[:2]:
                     best = (hours, hourly, g)
-        return False if best is None else (best[2], best[1])
+        return False if best is None else best[2]
+
+    def _hourly(self, g: Group) -> Decimal:
+        """``g``'s hourly price for the job's nodes (policy currency)."""
+        return (g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)).amount
 
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
@@ -533,17 +541,17 @@ class Scorer:
 
     def exact_cost(self, g: Group, t: Timing) -> Decimal:
         """``cost.expected_cost`` of ``g``'s price for the job's nodes on ``t``'s hours."""
-        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
+        hourly = self._hourly(g)
         if t.leg is not None:
-            return cost.stint_cost(hourly.amount, t.hours_dec, t.spot_hours, t.leg)
-        return cost.expected_cost(hourly.amount, t.hours_dec)
+            return cost.stint_cost(hourly, t.hours_dec, t.spot_hours, t.leg)
+        return cost.expected_cost(hourly, t.hours_dec)
 
     def cost_of(self, g: Group, t: Timing, cents: int) -> Decimal:
         """``exact_cost(g, t)``, whose cents are ``cents``, as ``Scored.cost`` makes it (a budget reads it)."""
-        hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
-        if (t.hours > 0.0 and hourly.amount > 0) or t.leg is not None:  # a leg's cents are made from the Decimals
+        hourly = self._hourly(g)
+        if (t.hours > 0.0 and hourly > 0) or t.leg is not None:  # a leg's cents are made from the Decimals
             return Decimal(cents).scaleb(-2)
-        return cost.expected_cost(hourly.amount, t.hours_dec)
+        return cost.expected_cost(hourly, t.hours_dec)
 
     def over_budget(self, g: Group, t: Timing, cents: int) -> bool:
         """``_budget_total(cost_of(g, t, cents)) > budget``, for a job with a budget: settled by the cents alone
