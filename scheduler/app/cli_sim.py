@@ -115,6 +115,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
         explain: Optional[Path] = typer.Option(None, help="write every failed, late or unfinished job with its "
                                                "cause here (CSV)"),
+        gaps: Optional[Path] = typer.Option(None, help="write every job's bill beside its share of the lower bound "
+                                            "here (CSV), the largest gap first: on-demand part, reclaims, true speed"),
         lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
         tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                            "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
@@ -130,6 +132,7 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         from scheduler.logs import configure_logging
         from scheduler.settings import Settings
         from scheduler.simulation.fair_score import write_explain_csv
+        from scheduler.simulation.gaps import write_gaps_csv
         from scheduler.simulation.simulate import POLICIES, Submission
         from scheduler.simulation.simulate import simulate as run_simulation
         from scheduler.simulation.trace_file import load_trace_market
@@ -140,6 +143,15 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
             if output.is_dir():
                 raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
             _writable_folder(output.parent, "the folder of --output")
+        if gaps is not None and not lower_bound:
+            raise UserError("--gaps compares each job with the lower bound, and --no-lower-bound skips it",
+                            fix="drop --no-lower-bound, or drop --gaps")
+        for name, path in (("--explain", explain), ("--gaps", gaps)):
+            if path is not None:
+                if path.is_dir():
+                    raise UserError(f"{name} {path} is a folder",
+                                    fix=f"give {name} a file path, e.g. {path / 'out.csv'}")
+                _writable_folder(path.parent, f"the folder of {name}")
         configure_logging("console", "warning")
         entries, market = load_trace_market(trace)
         if not market.is_catalog:
@@ -163,8 +175,12 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
                                 fix="give --output a file path in a folder this user can write") from None
         if explain:
             write_explain_csv(summary.explained, explain)
+        if gaps:
+            write_gaps_csv(summary.gaps, gaps)
         sys.stdout.write(text + "\n")
         _print_fair_score(summary, err)
+        if gaps:
+            _print_gaps(summary, gaps, err)
 
 
 class _SimProgress:
@@ -195,6 +211,19 @@ class _SimProgress:
         waiting = "" if p.submitted < p.jobs else ", finishing the last jobs"
         self._bar.update(self._task, completed=p.submitted,
                          status=f"day {day:.1f}, {p.ticks:,} ticks{waiting}")
+
+
+def _print_gaps(summary, path: Path, err: Console, top: int = 3) -> None:
+    """The few jobs that cost most over their share of the bound, after the table (the CSV has all)."""
+    over = [g for g in summary.gaps if g.gap is not None and g.gap > 0]
+    err.print(f"{len(summary.gaps)} job(s) beside their share of the lower bound in {path}", highlight=False)
+    if over:
+        total = sum(g.gap for g in over)
+        err.print(f"jobs over their share: {total:,.2f} {summary.currency} in all; the largest:", highlight=False)
+    for g in over[:top]:
+        speed = f", true speed {g.true_speed}" if g.true_speed else ""
+        err.print(f"  {g.name}: {g.cost:,.2f} against {g.bound_cost:,.2f} ({g.bound_setup}); on-demand "
+                  f"{g.on_demand_cost:,.2f}, {g.preemptions} reclaim(s){speed}", highlight=False)
 
 
 def _print_fair_score(summary, err: Console) -> None:

@@ -45,6 +45,7 @@ from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
 from scheduler.settings import Settings
 from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, work_gpu_hours
+from scheduler.simulation.gaps import JobGap, job_gaps
 from scheduler.simulation.lower_bound import LowerBound
 from scheduler.simulation.market import MarketSpec
 from scheduler.simulation.simagent import SimAgents
@@ -99,6 +100,8 @@ class SimSummary(Frozen):
     wall_seconds: float
     # Every failed, late or unfinished job with its cause (``--explain``): not in the summary JSON.
     explained: tuple[JobResult, ...] = Field(default=(), exclude=True, repr=False)
+    # Every job's bill beside its share of the lower bound (``--gaps``), when a bound was given: not in the JSON.
+    gaps: tuple[JobGap, ...] = Field(default=(), exclude=True, repr=False)
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True)
@@ -174,8 +177,10 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         with store.session(write=False) as s:
             score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
                                           fx=settings.fx)
+            gaps = job_gaps(s, line_of, bound.jobs, currency=settings.report_currency, fx=settings.fx,
+                            true_factor=agents.true_factor) if bound is not None else []
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
-                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained)
+                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained, gaps)
         store.dispose()
     return summary
 
@@ -235,7 +240,8 @@ _FIRST_STOP_AFTER = select(func.min(InstanceRow.stopped_at)).where(
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
                span: timedelta, ticks: int, wall: float, lower_bound: Money | None, agents: SimAgents,
-               ctx: TickContext, score: FairScore, explained: Sequence[JobResult]) -> SimSummary:
+               ctx: TickContext, score: FairScore, explained: Sequence[JobResult],
+               gaps: Sequence[JobGap]) -> SimSummary:
     """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory."""
     cur, fx = settings.report_currency, settings.fx
     zero = Money.zero(cur)
@@ -269,7 +275,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         deadline_misses=misses, interruptions=interruptions,
         lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=idle_h.quantize(Decimal("0.01")),
         cost_by_capacity={cap: m.quantize().amount for cap, m in by_cap.items()},
-        fair_score=score, explained=tuple(explained),
+        fair_score=score, explained=tuple(explained), gaps=tuple(gaps),
         simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
     )
 

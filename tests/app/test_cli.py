@@ -164,8 +164,9 @@ def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"at": "2026-11-02T09:00:00+08:00", "job": {**job, **extra}}) + "\n"
                              for extra in ({"name": "fine"}, {"policy": {"deadline": "5m"}})))
-    why = tmp_path / "why.csv"
-    r = gpusched("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2", "--explain", str(why))
+    why, gaps = tmp_path / "why.csv", tmp_path / "gaps.csv"
+    r = gpusched("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2", "--explain", str(why),
+                 "--gaps", str(gaps))
     assert r.returncode == 0, r.stderr
     fair = json.loads(r.stdout)["fair_score"]
     assert fair["misses_unavoidable"] == 1 and fair["misses_avoidable"] == 0
@@ -174,6 +175,22 @@ def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     header, row = why.read_text().splitlines()
     assert header.split(",")[:7] == ["trace_line", "job_id", "name", "team", "kind", "outcome", "reason"]
     assert row.startswith("2,") and ",too-tight,t,train,failed,infeasible,True," in row
+    # --gaps: each job beside its share of the lower bound, the one the bound can price first.
+    header, first, last = gaps.read_text().splitlines()
+    assert header.split(",")[:3] == ["trace_line", "job_id", "name"] and first.startswith("1,") and ",fine," in first
+    assert last.startswith("2,") and ",too-tight," in last
+    assert f"2 job(s) beside their share of the lower bound in {gaps}" in r.stderr
+    assert "  fine: " in r.stderr and "true speed T4 x" in r.stderr  # on-demand costs more than the bound's spot
+
+
+def test_simulate_refuses_gaps_without_the_bound_before_running(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("")
+    r = gpusched("simulate", "--trace", str(trace), "--no-lower-bound", "--gaps", str(tmp_path / "g.csv"))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--gaps compares each job with the lower bound" in r.stderr and "drop --no-lower-bound" in r.stderr
+    r = gpusched("simulate", "--trace", str(trace), "--gaps", str(tmp_path))
+    assert r.returncode != 0 and "is a folder" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_trace_export_writes_the_stores_month_and_simulate_replays_it(tmp_path):

@@ -1,0 +1,134 @@
+"""Where the money went against the lower bound: each job's bill beside its share of the bound.
+
+``gpusched simulate --gaps gaps.csv`` writes one row per job, the dearest gap first. The lower bound
+(``lower_bound.py``) runs every job uninterrupted, with no boot, on the cheapest capacity its window
+allows, for the hours the performance model estimates. So a job costs more than its share for reasons
+these columns set side by side: hours billed at on-demand prices, spot reclaims (each loses a boot and
+the epoch or shard in progress) and, in a simulation, a job that really ran slower than the estimate
+(``true_speed``: the simulated agents' speed per job and GPU, ``SimAgents.true_factor``), which the
+bound cannot see and no schedule can avoid. Idle machines bill no job; the summary's ``cost_idle`` has them.
+
+Sessions diagnosing a month wrote this table by hand each time (BENCHMARKS.md, issue 17): it is how a
+gap is told apart into a decision to fix and luck to report.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.errors import UserError
+from scheduler.money import FxRates, Money
+from scheduler.simulation.lower_bound import JobBound
+from scheduler.simulation.outcomes import outcome_of
+from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from scheduler.times import utc
+
+CENT = Decimal("0.01")
+
+# (job id, GPU) -> how much slower (> 1) or faster (< 1) the job really ran there than estimated.
+TrueFactor = Callable[[str, str], float]
+
+
+@dataclass(frozen=True)
+class JobGap:
+    """One job of the trace: a row of ``--gaps``."""
+
+    trace_line: int  # 1-based line of the trace (0: a job not from it)
+    job_id: str
+    name: str
+    team: str
+    kind: str
+    outcome: str  # outcomes.outcome_of: on-time, late, failed, unfinished, cancelled
+    cost: Decimal  # what the job was billed (busy hours), in the report currency
+    on_demand_cost: Decimal  # the part billed at on-demand prices
+    bound_cost: Decimal | None  # the job's share of the lower bound; None where nothing can run it
+    bound_setup: str  # what the bound runs it on: "spot 1x A100-80G", shares joined by " + "
+    gap: Decimal | None  # cost - bound_cost
+    preemptions: int
+    attempts: int
+    true_speed: str  # per GPU it ran on, its simulated time over the estimate: "A100-80G x1.26"
+
+
+def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], *,
+             currency: str, fx: FxRates, true_factor: TrueFactor | None = None) -> list[JobGap]:
+    """Every job of the run in ``s`` against its bound share, the largest gap first (jobs without one last).
+
+    ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound``."""
+    cost: dict[str, Decimal] = {}
+    on_demand: dict[str, Decimal] = {}
+    rows = select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency, CostRecordRow.capacity) \
+        .where(CostRecordRow.job_id.is_not(None), CostRecordRow.kind != "idle")
+    for job_id, amount, cur, capacity in s.execute(rows.execution_options(yield_per=5000)):
+        money = Money(amount=amount, currency=cur)
+        value = (money if cur == currency else fx.convert(money, currency)).amount
+        cost[job_id] = cost.get(job_id, Decimal(0)) + value
+        if capacity == "on-demand":
+            on_demand[job_id] = on_demand.get(job_id, Decimal(0)) + value
+
+    attempts: dict[str, int] = {}
+    gpus: dict[str, list[str]] = {}  # the GPUs each job ran on, in the order it first did
+    ran = select(AttemptRow.job_id, InstanceRow.gpu).join(InstanceRow, InstanceRow.id == AttemptRow.instance_id) \
+        .order_by(AttemptRow.job_id, AttemptRow.number)
+    for job_id, gpu in s.execute(ran.execution_options(yield_per=5000)):
+        attempts[job_id] = attempts.get(job_id, 0) + 1
+        seen = gpus.setdefault(job_id, [])
+        if gpu not in seen:
+            seen.append(gpu)
+
+    out = []
+    jobs = select(JobRow.id, JobRow.name, JobRow.team, JobRow.kind, JobRow.state, JobRow.deadline_at,
+                  JobRow.finished_at, JobRow.preemptions)
+    for job_id, name, team, kind, state, deadline, finished, preemptions in \
+            s.execute(jobs.execution_options(yield_per=5000)):
+        line = trace_line_of.get(job_id)
+        priced = bound[line] if line is not None and line < len(bound) else None
+        billed = cost.get(job_id, Decimal(0)).quantize(CENT)
+        bound_cost = priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
+        speed = ", ".join(f"{gpu} x{true_factor(job_id, gpu):.2f}" for gpu in gpus.get(job_id, ())) \
+            if true_factor is not None else ""
+        out.append(JobGap(
+            trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
+            outcome=outcome_of(state, utc(deadline) if deadline else None, utc(finished) if finished else None),
+            cost=billed, on_demand_cost=on_demand.get(job_id, Decimal(0)).quantize(CENT),
+            bound_cost=bound_cost, bound_setup=_setup(priced),
+            gap=billed - bound_cost if bound_cost is not None else None,
+            preemptions=preemptions, attempts=attempts.get(job_id, 0), true_speed=speed))
+    out.sort(key=lambda g: (g.gap is None, -(g.gap or 0), g.trace_line, g.name))
+    return out
+
+
+def _setup(priced: JobBound | None) -> str:
+    if priced is None or not priced.shares:
+        return ""
+    parts = []
+    for s in priced.shares:
+        o = s.option
+        text = f"{o.capacity.value} {o.gpu_count}x {o.gpu}"
+        parts.append(text if s.fraction >= 0.9995 else f"{s.fraction:.2f} {text}")
+    return " + ".join(parts)
+
+
+GAPS_COLUMNS = tuple(JobGap.__dataclass_fields__)
+
+
+def write_gaps_csv(gaps: Sequence[JobGap], path: Path) -> None:
+    """One CSV row per job, the dearest gap first."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=GAPS_COLUMNS)
+            w.writeheader()
+            for g in gaps:
+                row = asdict(g)
+                for key in ("bound_cost", "gap"):
+                    row[key] = "" if row[key] is None else row[key]
+                w.writerow(row)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}", fix="check the path") from None

@@ -1,0 +1,74 @@
+"""``--gaps``: every job's bill beside its share of the lower bound, on what a real simulation wrote."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+from providers.catalog import load_catalog
+from scheduler.settings import Settings
+from scheduler.simulation.gaps import GAPS_COLUMNS, write_gaps_csv
+from scheduler.simulation.lower_bound import lower_bound
+from scheduler.simulation.simagent import SimAgents
+from scheduler.simulation.simulate import Submission, simulate
+from tests.simulation.test_fair_score import entry
+
+SETTINGS = Settings(_env_file=None)
+SPEED = re.compile(r"^[A-Z0-9-]+ x\d+\.\d\d(, [A-Z0-9-]+ x\d+\.\d\d)*$")
+
+
+def test_each_job_is_set_beside_its_bound_share_and_the_bill_adds_up(tmp_path):
+    entries = [entry("fine", deadline="24h"), entry("too-tight", deadline="5m"), entry("no-deadline"),
+               entry("spot-only", capacity="spot")]
+    bound = lower_bound(entries, load_catalog(), currency="CNY", fx=SETTINGS.fx)
+    subs = [Submission(at=e.at, job=e.job, source=f"t:{i + 1}") for i, e in enumerate(entries)]
+    sims = {policy: simulate(subs, policy=policy, seed=3, bound=bound, horizon=timedelta(days=2))
+            for policy in ("on-demand", "gpusched")}
+    for policy, summary in sims.items():
+        gaps = summary.gaps
+        assert sorted(g.trace_line for g in gaps) == [1, 2, 3, 4], policy
+        by_name = {g.name: g for g in gaps}
+        # The bill: every job's busy hours plus the idle machines; the bound: every priced job's share.
+        busy = sum(g.cost for g in gaps)
+        assert abs(busy + summary.fair_score.cost_idle - summary.total_cost) <= Decimal("0.05"), policy
+        priced = [j for j in bound.jobs if j.cost is not None]
+        assert abs(sum(g.bound_cost for g in gaps if g.bound_cost is not None)
+                   - sum(j.cost.amount for j in priced)) <= Decimal("0.01") * len(priced)
+        # Nothing can run the 5-minute job: no share, no gap, listed last; the others by gap, largest first.
+        tight = by_name["too-tight"]
+        assert tight.bound_cost is None and tight.gap is None and tight.bound_setup == "" and gaps[-1] is tight
+        ranked = [g.gap for g in gaps if g.gap is not None]
+        assert ranked == sorted(ranked, reverse=True) and len(ranked) == 3
+        for g in gaps:
+            if g.gap is not None:
+                assert g.gap == g.cost - g.bound_cost and g.bound_setup
+            assert Decimal(0) <= g.on_demand_cost <= g.cost
+            # The simulated true speed of each GPU the job ran on: the agents' own seeded draw.
+            if g.attempts:
+                assert SPEED.match(g.true_speed), g.true_speed
+                agents = SimAgents(None, {}, "sim", seed=3)  # type: ignore[arg-type]  # only its draw is used
+                for part in g.true_speed.split(", "):
+                    gpu, factor = part.rsplit(" x", 1)
+                    assert factor == f"{agents.true_factor(g.job_id, gpu):.2f}"
+            else:
+                assert g.true_speed == "" and g.cost == 0
+    # Ours keeps a spot-only job on spot; the on-demand baseline bills every busy hour at on-demand prices.
+    spot_only = {g.name: g for g in sims["gpusched"].gaps}["spot-only"]
+    assert spot_only.on_demand_cost == 0 and spot_only.cost > 0
+    assert all(g.on_demand_cost == g.cost for g in sims["on-demand"].gaps)
+    # The bound runs a job with no deadline on spot; on-demand throughout costs more than that share.
+    assert sims["on-demand"].gaps[0].gap > 0 and "spot" in {g.name: g for g in sims["on-demand"].gaps}[
+        "no-deadline"].bound_setup
+
+    path = tmp_path / "gaps.csv"
+    write_gaps_csv(sims["gpusched"].gaps, path)
+    header, *rows = path.read_text().splitlines()
+    assert tuple(header.split(",")) == GAPS_COLUMNS and len(rows) == 4
+    assert rows[-1].startswith("2,") and ",too-tight," in rows[-1] and ",,," in rows[-1]  # no share, no gap
+
+
+def test_without_a_bound_there_are_no_gaps():
+    entries = [entry("fine", deadline="24h")]
+    subs = [Submission(at=e.at, job=e.job, source="t:1") for e in entries]
+    assert simulate(subs, policy="on-demand", seed=3, horizon=timedelta(days=1)).gaps == ()
