@@ -13,7 +13,8 @@ nothing: reclaims before it, else clouds that had no capacity, else the team's m
 else the planner's own margins. A job that launched met its deadline on the planner's estimate
 when it launched (the planner launches nothing else but a job already late, which it finishes
 on on-demand), so a late finish is blamed on reclaims, else on the job running slower than
-estimated, else on the waits before it.
+estimated (an attempt slower than its own estimate, or the job slower than the first attempt's when
+later attempts were planned on a revised one), else on the waits before it.
 """
 
 from __future__ import annotations
@@ -118,6 +119,12 @@ def why(h: JobHistory, infeasible: str | None = None) -> Cause | None:
     if slow is not None:
         return Cause("slower_than_estimated", f"attempt {slow[0]} ran {slow[1]:.1f} h against "
                                               f"{slow[2]:.1f} h estimated; finished {late_by} late")
+    first = _slower_than_first(h)
+    if first is not None:
+        number, took, est = first
+        return Cause("slower_than_estimated", f"attempt {number} estimated the run at {est:.1f} h; its attempts "
+                                              f"ran {took:.1f} h in all (the estimate revised on the way); "
+                                              f"finished {late_by} late")
     if stock:
         return Cause("stock_out", f"{_stock_words(stock)}; finished {late_by} late")
     if team:
@@ -178,6 +185,18 @@ def _slowest(attempts: Sequence[Attempt]) -> tuple[int, float, float] | None:
         if ran > a.est_hours * _SLOWER and (worst is None or ran / a.est_hours > worst[1] / worst[2]):
             worst = (a.number, ran, a.est_hours)
     return worst
+
+
+def _slower_than_first(h: JobHistory) -> tuple[int, float, float] | None:
+    """The job's attempts together ran longer than the first one estimated for the whole run: (the first's
+    number, hours run in all, hours it estimated). Catches a job whose estimate was revised on the way, as
+    when steering moves it because its own epochs run slow: the later attempts then meet their revised
+    estimates. Hours run, not the wall time since: waits between attempts are not slowness."""
+    ran = [a for a in h.attempts if a.started_at is not None and a.ended_at is not None]
+    if not ran or not ran[0].est_hours:
+        return None
+    took = sum((a.ended_at - a.started_at).total_seconds() for a in ran) / 3600  # type: ignore[operator]
+    return (ran[0].number, took, ran[0].est_hours) if took > ran[0].est_hours * _SLOWER else None
 
 
 def _hours(d: timedelta) -> str:

@@ -68,6 +68,15 @@ CASES = [
     ("late after a reclaim", late(PREEMPTED), None, "preempted", "2.0 h after the deadline"),
     ("late, ran slow", late(attempts=(Attempt(1, "succeeded", h(1), h(12), 8.0),)), None, "slower_than_estimated",
      "ran 11.0 h against 8.0 h"),
+    # Moved to on-demand when its own epochs showed it slow (a capacity move, not a reclaim): the second attempt
+    # met its revised estimate, the run as a whole did not meet the first one's.
+    ("late, ran slow, estimate revised", late(ev(1, "capacity_move", "spot -> on-demand: slack -2.59 h ..."),
+                                              attempts=(Attempt(1, "preempted", h(0), h(1), 8.0),
+                                                        Attempt(2, "succeeded", h(1.05), h(12), 11.0))),
+     None, "slower_than_estimated", "attempt 1 estimated the run at 8.0 h; its attempts ran 11.9 h in all"),
+    ("late after a stock-out, between attempts", late(SOLD_OUT, attempts=(
+        Attempt(1, "preempted", h(0), h(1), 4.0), Attempt(2, "succeeded", h(9), h(12), 3.0))),
+     None, "stock_out", "sold-out"),
     ("late after a stock-out", late(SOLD_OUT), None, "stock_out", "sold-out"),
     ("late after waiting for the team's budget", late(TEAM_WAIT), None, "team_budget", "2.0 h late"),
     ("late, nothing recorded", late(), None, "other", "2.0 h after"),
