@@ -1,0 +1,141 @@
+"""Where a simulated month's CPU goes, phase by phase of the tick (issue 17, item 4: the simulator's speed).
+
+Usage:  .venv/bin/python benchmarks/tick_phases.py [--trace FILE] [--jobs 1000] [--policy gpusched]
+                                                   [--seed 1] [--tick-seconds 60]
+
+Runs ``gpusched simulate`` (no lower bound) over the first N jobs of a trace (default: the stress month),
+timing each phase of ``lifecycle.tick`` and the simulator's own steps (the simulated agents, the event
+search, the submissions) in CPU seconds, and counting the SQL statements each sends and the calls that
+wrote nothing (no INSERT, UPDATE or DELETE). Prints a table, then one JSON line.
+
+The phases are wrapped where the tick and the simulator look them up (module attributes), so the run is
+the same as ``gpusched simulate``'s with a timer around each call: the summary line says so (cost, ticks).
+A call that wrote nothing only asked whether anything had happened: the share of the CPU those calls take
+is what a tick that visits only what changed would save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+
+import scheduler.accounting.ledger as ledger
+import scheduler.lifecycle.tick as tick
+import scheduler.simulation.simulate as simulate
+from scheduler.logs import configure_logging
+from scheduler.settings import Settings
+from scheduler.simulation.simagent import SimAgents
+from scheduler.simulation.trace_file import load_trace_market
+from scheduler.store.database import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK_PHASES = ("screen_stored_specs", "reconcile", "watch_agents", "terminate_reclaimed", "steer", "stop_at_budget",
+               "release_cancelled", "reissue_intents", "plan_and_act", "reap_idle")
+_WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+@dataclass
+class Phase:
+    calls: int = 0
+    cpu: float = 0.0
+    statements: int = 0
+    idle_calls: int = 0  # calls that wrote nothing
+    idle_cpu: float = 0.0
+
+
+class Meter:
+    """Counts the statements every store sends (an engine hook) and times the wrapped calls."""
+
+    def __init__(self) -> None:
+        self.statements = 0
+        self.writes = 0
+        self.phases: dict[str, Phase] = {}
+
+    def watch(self, store: Store) -> None:
+        @event.listens_for(store.engine, "before_cursor_execute")
+        def _count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            self.statements += 1
+            self.writes += statement.lstrip()[:6].upper() in _WRITES
+
+    def wrap(self, owner: Any, name: str, label: str | None = None) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+        phase = self.phases.setdefault(label or name, Phase())
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            writes, statements, cpu0 = self.writes, self.statements, time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                cpu = time.process_time() - cpu0
+                phase.calls += 1
+                phase.cpu += cpu
+                phase.statements += self.statements - statements
+                if self.writes == writes:
+                    phase.idle_calls += 1
+                    phase.idle_cpu += cpu
+
+        setattr(owner, name, timed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", type=Path, default=ROOT / "examples" / "traces" / "stress-month.jsonl.gz")
+    ap.add_argument("--jobs", type=int, default=1000, help="the trace's first N jobs (0: all)")
+    ap.add_argument("--policy", default="gpusched")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tick-seconds", type=float, default=60.0)
+    args = ap.parse_args()
+    configure_logging("console", "warning")
+    entries, market = load_trace_market(args.trace)
+    entries = entries[: args.jobs] if args.jobs else entries
+    subs = [simulate.Submission(at=e.at, job=e.job, source=f"{args.trace.name}:{i + 1}") for i, e in enumerate(entries)]
+
+    meter = Meter()
+    store_init = Store.__init__
+
+    def counted_init(self: Store, *a: Any, **kw: Any) -> None:
+        store_init(self, *a, **kw)
+        meter.watch(self)
+
+    Store.__init__ = counted_init  # type: ignore[method-assign]
+    for name in TICK_PHASES:
+        meter.wrap(tick, name)
+    meter.wrap(ledger, "account", "account (ledger)")
+    meter.wrap(SimAgents, "step", "agents: step")
+    meter.wrap(SimAgents, "step_started", "agents: step_started")
+    meter.wrap(simulate, "_next_event", "simulator: next event")
+    meter.wrap(simulate.service, "submit", "simulator: submit")
+
+    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=args.seed, tick_seconds=args.tick_seconds)
+    cpu0 = time.process_time()
+    summary = simulate.simulate(subs, policy=args.policy, seed=args.seed, settings=settings, market=market)
+    cpu = time.process_time() - cpu0
+
+    print(f"{len(subs)} jobs, {summary.ticks:,} ticks, {summary.total_cost} {summary.currency}: "
+          f"{cpu:.1f} CPU s, {1000 * cpu / summary.ticks:.2f} ms a tick")
+    print(f"{'phase':24} {'calls':>7} {'CPU s':>8} {'share':>6} {'ms/call':>8} {'stmts/call':>10} "
+          f"{'no-write calls':>14} {'their CPU s':>11}")
+    for name, p in sorted(meter.phases.items(), key=lambda kv: -kv[1].cpu):
+        if p.calls:
+            print(f"{name:24} {p.calls:7,} {p.cpu:8.2f} {p.cpu / cpu:6.1%} {1000 * p.cpu / p.calls:8.2f} "
+                  f"{p.statements / p.calls:10.1f} {p.idle_calls:14,} {p.idle_cpu:11.2f}")
+    idle = sum(p.idle_cpu for p in meter.phases.values())
+    print(f"calls that wrote nothing: {idle:.1f} CPU s ({idle / cpu:.0%}); "
+          f"{meter.statements / summary.ticks:.1f} statements a tick")
+    print(json.dumps({"benchmark": "tick_phases", "jobs": len(subs), "ticks": summary.ticks,
+                      "total_cost": str(summary.total_cost), "cpu_seconds": round(cpu, 2),
+                      "ms_per_tick": round(1000 * cpu / summary.ticks, 2),
+                      "phases": {k: {"calls": p.calls, "cpu_seconds": round(p.cpu, 3), "statements": p.statements,
+                                     "no_write_calls": p.idle_calls, "no_write_cpu_seconds": round(p.idle_cpu, 3)}
+                                 for k, p in meter.phases.items()}}))
+
+
+if __name__ == "__main__":
+    main()
