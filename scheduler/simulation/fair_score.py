@@ -14,9 +14,8 @@ and on budget (``JobBound.why_not``) counts as unavoidable for every policy.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -24,9 +23,9 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.errors import UserError
 from scheduler.models import Frozen, JobSpec, Offer
 from scheduler.money import FxRates, Money
+from scheduler.simulation.csv_file import write_rows
 from scheduler.simulation.lower_bound_options import PricedCatalog
 from scheduler.simulation.outcomes import Attempt, Event, JobHistory, count_reasons, missed, outcome_of, why
 from scheduler.store.tables import AttemptRow, CostRecordRow, EventRow, JobRow
@@ -200,15 +199,4 @@ EXPLAIN_COLUMNS = tuple(JobResult.__dataclass_fields__)
 
 def write_explain_csv(results: Sequence[JobResult], path: Path) -> None:
     """Every failed, late or unfinished job, one CSV row each, with its cause."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=EXPLAIN_COLUMNS)
-            w.writeheader()
-            for r in results:
-                row = asdict(r)
-                for key in ("submitted_at", "deadline_at", "finished_at"):
-                    row[key] = row[key].isoformat() if row[key] is not None else ""
-                w.writerow(row)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}", fix="check the path") from None
+    write_rows(path, EXPLAIN_COLUMNS, results, lambda v: v.isoformat() if isinstance(v, datetime) else v)

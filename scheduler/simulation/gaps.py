@@ -14,17 +14,16 @@ gap is told apart into a decision to fix and luck to report.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.errors import UserError
 from scheduler.money import FxRates, Money
+from scheduler.simulation.csv_file import write_rows
 from scheduler.simulation.lower_bound import JobBound
 from scheduler.simulation.outcomes import outcome_of
 from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
@@ -119,16 +118,5 @@ GAPS_COLUMNS = tuple(JobGap.__dataclass_fields__)
 
 
 def write_gaps_csv(gaps: Sequence[JobGap], path: Path) -> None:
-    """One CSV row per job, the dearest gap first."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=GAPS_COLUMNS)
-            w.writeheader()
-            for g in gaps:
-                row = asdict(g)
-                for key in ("bound_cost", "gap"):
-                    row[key] = "" if row[key] is None else row[key]
-                w.writerow(row)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}", fix="check the path") from None
+    """One CSV row per job, the dearest gap first (an empty cell where the bound has no share)."""
+    write_rows(path, GAPS_COLUMNS, gaps)  # csv writes None as an empty cell
