@@ -214,12 +214,17 @@ class _SimProgress:
 
 
 def _print_gaps(summary, path: Path, err: Console, top: int = 3) -> None:
-    """The few jobs that cost most over their share of the bound, after the table (the CSV has all)."""
+    """Where the jobs' gaps over their bound shares are, and the few largest, after the table (the CSV has all)."""
+    from scheduler.simulation.gaps import SLOW, totals
+
     over = [g for g in summary.gaps if g.gap is not None and g.gap > 0]
     err.print(f"{len(summary.gaps)} job(s) beside their share of the lower bound in {path}", highlight=False)
     if over:
-        total = sum(g.gap for g in over)
-        err.print(f"jobs over their share: {total:,.2f} {summary.currency} in all; the largest:", highlight=False)
+        t = totals(summary.gaps)
+        err.print(f"jobs over their share: {t.over_share:,.2f} {summary.currency} in all: {t.reclaimed:,.2f} on jobs "
+                  f"reclaimed at least once, {t.slow:,.2f} on jobs that ran over {SLOW}x slower than estimated, "
+                  f"{t.on_demand:,.2f} on jobs billed mostly on-demand (a job may be in several); the largest:",
+                  highlight=False)
     for g in over[:top]:
         speed = f", true speed {g.true_speed}" if g.true_speed else ""
         err.print(f"  {g.name}: {g.cost:,.2f} against {g.bound_cost:,.2f} ({g.bound_setup}); on-demand "

@@ -30,6 +30,7 @@ from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRo
 from scheduler.times import utc
 
 CENT = Decimal("0.01")
+SLOW = 1.1  # a job that ran this much slower than estimated on a GPU counts as slow in ``GapTotals``
 
 # (job id, GPU) -> how much slower (> 1) or faster (< 1) the job really ran there than estimated.
 TrueFactor = Callable[[str, str], float]
@@ -53,6 +54,28 @@ class JobGap:
     preemptions: int
     attempts: int
     true_speed: str  # per GPU it ran on, its simulated time over the estimate: "A100-80G x1.26"
+    slowest: float | None  # the largest of those factors (None: it never ran, or no simulated speeds)
+
+
+@dataclass(frozen=True)
+class GapTotals:
+    """The jobs' gaps over their bound shares, in all and on three kinds of job (a job may be of several)."""
+
+    over_share: Decimal  # the positive gaps, summed
+    reclaimed: Decimal  # of it, on jobs reclaimed at least once
+    slow: Decimal  # on jobs that ran more than ``SLOW`` times slower than estimated on a GPU they used
+    on_demand: Decimal  # on jobs billed mostly at on-demand prices
+
+
+def totals(gaps: Sequence[JobGap]) -> GapTotals:
+    over = [g for g in gaps if g.gap is not None and g.gap > 0]
+
+    def of(keep: Callable[[JobGap], bool]) -> Decimal:
+        return sum((g.gap or Decimal(0) for g in over if keep(g)), Decimal(0))
+
+    return GapTotals(over_share=of(lambda g: True), reclaimed=of(lambda g: g.preemptions > 0),
+                     slow=of(lambda g: g.slowest is not None and g.slowest > SLOW),
+                     on_demand=of(lambda g: g.on_demand_cost * 2 > g.cost))
 
 
 def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], *,
@@ -90,15 +113,16 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
         priced = bound[line] if line is not None and line < len(bound) else None
         billed = cost.get(job_id, Decimal(0)).quantize(CENT)
         bound_cost = priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
-        speed = ", ".join(f"{gpu} x{true_factor(job_id, gpu):.2f}" for gpu in gpus.get(job_id, ())) \
-            if true_factor is not None else ""
+        factors = [(gpu, true_factor(job_id, gpu)) for gpu in gpus.get(job_id, ())] if true_factor else []
         out.append(JobGap(
             trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
             outcome=outcome_of(state, utc(deadline) if deadline else None, utc(finished) if finished else None),
             cost=billed, on_demand_cost=on_demand.get(job_id, Decimal(0)).quantize(CENT),
             bound_cost=bound_cost, bound_setup=_setup(priced),
             gap=billed - bound_cost if bound_cost is not None else None,
-            preemptions=preemptions, attempts=attempts.get(job_id, 0), true_speed=speed))
+            preemptions=preemptions, attempts=attempts.get(job_id, 0),
+            true_speed=", ".join(f"{gpu} x{f:.2f}" for gpu, f in factors),
+            slowest=round(max(f for _, f in factors), 4) if factors else None))
     out.sort(key=lambda g: (g.gap is None, -(g.gap or 0), g.trace_line, g.name))
     return out
 

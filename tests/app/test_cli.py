@@ -181,6 +181,7 @@ def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     assert last.startswith("2,") and ",too-tight," in last
     assert f"2 job(s) beside their share of the lower bound in {gaps}" in r.stderr
     assert "  fine: " in r.stderr and "true speed T4 x" in r.stderr  # on-demand costs more than the bound's spot
+    assert "on jobs billed mostly on-demand" in r.stderr.replace("\n", " ")
 
 
 def test_simulate_refuses_gaps_without_the_bound_before_running(tmp_path):

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from providers.catalog import load_catalog
 from scheduler.settings import Settings
-from scheduler.simulation.gaps import GAPS_COLUMNS, write_gaps_csv
+from scheduler.simulation.gaps import GAPS_COLUMNS, JobGap, totals, write_gaps_csv
 from scheduler.simulation.lower_bound import lower_bound
 from scheduler.simulation.simagent import SimAgents
 from scheduler.simulation.simulate import Submission, simulate
@@ -48,11 +48,14 @@ def test_each_job_is_set_beside_its_bound_share_and_the_bill_adds_up(tmp_path):
             if g.attempts:
                 assert SPEED.match(g.true_speed), g.true_speed
                 agents = SimAgents(None, {}, "sim", seed=3)  # type: ignore[arg-type]  # only its draw is used
+                drawn = []
                 for part in g.true_speed.split(", "):
                     gpu, factor = part.rsplit(" x", 1)
-                    assert factor == f"{agents.true_factor(g.job_id, gpu):.2f}"
+                    drawn.append(agents.true_factor(g.job_id, gpu))
+                    assert factor == f"{drawn[-1]:.2f}"
+                assert g.slowest == round(max(drawn), 4)
             else:
-                assert g.true_speed == "" and g.cost == 0
+                assert g.true_speed == "" and g.slowest is None and g.cost == 0
     # Ours keeps a spot-only job on spot; the on-demand baseline bills every busy hour at on-demand prices.
     spot_only = {g.name: g for g in sims["gpusched"].gaps}["spot-only"]
     assert spot_only.on_demand_cost == 0 and spot_only.cost > 0
@@ -72,3 +75,26 @@ def test_without_a_bound_there_are_no_gaps():
     entries = [entry("fine", deadline="24h")]
     subs = [Submission(at=e.at, job=e.job, source="t:1") for e in entries]
     assert simulate(subs, policy="on-demand", seed=3, horizon=timedelta(days=1)).gaps == ()
+
+
+def gap(name: str, cost: str, bound: str | None, *, on_demand: str = "0", preemptions: int = 0,
+        slowest: float | None = None) -> JobGap:
+    c, b = Decimal(cost), Decimal(bound) if bound is not None else None
+    return JobGap(trace_line=1, job_id=name, name=name, team="t", kind="train", outcome="on-time", cost=c,
+                  on_demand_cost=Decimal(on_demand), bound_cost=b, bound_setup="spot 1x A10" if b else "",
+                  gap=c - b if b is not None else None, preemptions=preemptions, attempts=1,
+                  true_speed="", slowest=slowest)
+
+
+def test_the_totals_say_on_which_kinds_of_job_the_gaps_are():
+    gaps = [
+        gap("reclaimed-and-slow", "10.00", "6.00", preemptions=3, slowest=1.25),  # +4 in two kinds
+        gap("on-demand", "9.00", "4.00", on_demand="8.00", slowest=1.05),  # +5, mostly on-demand, not slow
+        gap("half-on-demand", "4.00", "3.00", on_demand="2.00", slowest=1.10),  # +1: half is not mostly; 1.10 not over
+        gap("cheaper", "2.00", "3.00", preemptions=1, on_demand="2.00", slowest=2.0),  # below its share: counts nowhere
+        gap("no-share", "7.00", None, preemptions=1),  # nothing can run it: no gap
+    ]
+    t = totals(gaps)
+    assert (t.over_share, t.reclaimed, t.slow, t.on_demand) == (Decimal("10.00"), Decimal("4.00"), Decimal("4.00"),
+                                                                 Decimal("5.00"))
+    assert totals([]).over_share == 0
