@@ -86,24 +86,45 @@ def work_gpu_hours(jobs: Sequence[tuple[JobSpec, datetime]], offers: Sequence[Of
     return out
 
 
-def fair_score(s: Session, trace_line_of: Mapping[str, int], work: Sequence[float | None],
-               infeasible: Sequence[str | None] | None, *, currency: str,
-               fx: FxRates) -> tuple[FairScore, list[JobResult]]:
-    """The score of the run in ``s``, and every failed, late or unfinished job with its cause.
+@dataclass(frozen=True)
+class Bills:
+    """A run's cost records summed per job (report currency): what ``fair_score`` and ``gaps`` both read."""
 
-    ``trace_line_of`` maps a job id to its 0-based place in the trace; ``work`` and ``infeasible``
-    (the bound's ``why_not`` per job, None: no bound) are indexed by that place.
-    """
-    billed: dict[str | None, Decimal] = {}
+    by_job: dict[str, Decimal]  # each job's busy hours
+    on_demand_by_job: dict[str, Decimal]  # of those, billed at on-demand prices
+    idle: Decimal  # machines billed with no job on them
+
+
+def bills(s: Session, *, currency: str, fx: FxRates) -> Bills:
+    """Every cost record of the run in ``s``, read once, converted to ``currency``."""
+    by_job: dict[str, Decimal] = {}
+    on_demand: dict[str, Decimal] = {}
     idle = Decimal(0)
-    costs = select(CostRecordRow.job_id, CostRecordRow.kind, CostRecordRow.amount, CostRecordRow.currency)
-    for job_id, kind, amount, cur in s.execute(costs.execution_options(yield_per=5000)):
+    costs = select(CostRecordRow.job_id, CostRecordRow.kind, CostRecordRow.capacity, CostRecordRow.amount,
+                   CostRecordRow.currency)
+    for job_id, kind, capacity, amount, cur in s.execute(costs.execution_options(yield_per=5000)):
         money = Money(amount=amount, currency=cur)
         value = (money if cur == currency else fx.convert(money, currency)).amount
         if kind == "idle" or job_id is None:
             idle += value
-        else:
-            billed[job_id] = billed.get(job_id, Decimal(0)) + value
+            continue
+        by_job[job_id] = by_job.get(job_id, Decimal(0)) + value
+        if capacity == "on-demand":
+            on_demand[job_id] = on_demand.get(job_id, Decimal(0)) + value
+    return Bills(by_job, on_demand, idle)
+
+
+def fair_score(s: Session, trace_line_of: Mapping[str, int], work: Sequence[float | None],
+               infeasible: Sequence[str | None] | None, *, currency: str,
+               fx: FxRates, billed: Bills | None = None) -> tuple[FairScore, list[JobResult]]:
+    """The score of the run in ``s``, and every failed, late or unfinished job with its cause.
+
+    ``trace_line_of`` maps a job id to its 0-based place in the trace; ``work`` and ``infeasible``
+    (the bound's ``why_not`` per job, None: no bound) are indexed by that place. ``billed``: the run's
+    ``bills``, when the caller has read them already.
+    """
+    billed = billed or bills(s, currency=currency, fx=fx)
+    idle = billed.idle
 
     on_time_cost = lost_cost = Decimal(0)
     completed = 0.0
@@ -116,7 +137,7 @@ def fair_score(s: Session, trace_line_of: Mapping[str, int], work: Sequence[floa
         deadline, finished = _utc(deadline), _utc(finished)
         outcome = outcome_of(state, deadline, finished)
         line = trace_line_of.get(job_id)
-        cost = billed.get(job_id, Decimal(0))
+        cost = billed.by_job.get(job_id, Decimal(0))
         unavoidable = line is not None and infeasible is not None and infeasible[line] is not None
         if outcome == "on-time":
             on_time_cost += cost

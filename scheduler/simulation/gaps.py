@@ -22,11 +22,11 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.money import FxRates, Money
 from scheduler.simulation.csv_file import write_rows
+from scheduler.simulation.fair_score import Bills
 from scheduler.simulation.lower_bound import JobBound
 from scheduler.simulation.outcomes import outcome_of
-from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.times import utc
 
 CENT = Decimal("0.01")
@@ -78,22 +78,12 @@ def totals(gaps: Sequence[JobGap]) -> GapTotals:
                      on_demand=of(lambda g: g.on_demand_cost * 2 > g.cost))
 
 
-def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], *,
-             currency: str, fx: FxRates, true_factor: TrueFactor | None = None) -> list[JobGap]:
+def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], billed: Bills, *,
+             true_factor: TrueFactor | None = None) -> list[JobGap]:
     """Every job of the run in ``s`` against its bound share, the largest gap first (jobs without one last).
 
-    ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound``."""
-    cost: dict[str, Decimal] = {}
-    on_demand: dict[str, Decimal] = {}
-    rows = select(CostRecordRow.job_id, CostRecordRow.amount, CostRecordRow.currency, CostRecordRow.capacity) \
-        .where(CostRecordRow.job_id.is_not(None), CostRecordRow.kind != "idle")
-    for job_id, amount, cur, capacity in s.execute(rows.execution_options(yield_per=5000)):
-        money = Money(amount=amount, currency=cur)
-        value = (money if cur == currency else fx.convert(money, currency)).amount
-        cost[job_id] = cost.get(job_id, Decimal(0)) + value
-        if capacity == "on-demand":
-            on_demand[job_id] = on_demand.get(job_id, Decimal(0)) + value
-
+    ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound``; ``billed``: the
+    run's ``fair_score.bills``."""
     attempts: dict[str, int] = {}
     gpus: dict[str, list[str]] = {}  # the GPUs each job ran on, in the order it first did
     ran = select(AttemptRow.job_id, InstanceRow.gpu).join(InstanceRow, InstanceRow.id == AttemptRow.instance_id) \
@@ -111,15 +101,15 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
             s.execute(jobs.execution_options(yield_per=5000)):
         line = trace_line_of.get(job_id)
         priced = bound[line] if line is not None and line < len(bound) else None
-        billed = cost.get(job_id, Decimal(0)).quantize(CENT)
+        cost = billed.by_job.get(job_id, Decimal(0)).quantize(CENT)
         bound_cost = priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
         factors = [(gpu, true_factor(job_id, gpu)) for gpu in gpus.get(job_id, ())] if true_factor else []
         out.append(JobGap(
             trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
             outcome=outcome_of(state, utc(deadline) if deadline else None, utc(finished) if finished else None),
-            cost=billed, on_demand_cost=on_demand.get(job_id, Decimal(0)).quantize(CENT),
+            cost=cost, on_demand_cost=billed.on_demand_by_job.get(job_id, Decimal(0)).quantize(CENT),
             bound_cost=bound_cost, bound_setup=_setup(priced),
-            gap=billed - bound_cost if bound_cost is not None else None,
+            gap=cost - bound_cost if bound_cost is not None else None,
             preemptions=preemptions, attempts=attempts.get(job_id, 0),
             true_speed=", ".join(f"{gpu} x{f:.2f}" for gpu, f in factors),
             slowest=round(max(f for _, f in factors), 4) if factors else None))

@@ -44,7 +44,7 @@ from scheduler.lifecycle.context import TickContext
 from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
 from scheduler.settings import Settings
-from scheduler.simulation.fair_score import FairScore, JobResult, fair_score, work_gpu_hours
+from scheduler.simulation.fair_score import FairScore, JobResult, bills, fair_score, work_gpu_hours
 from scheduler.simulation.gaps import JobGap, job_gaps
 from scheduler.simulation.lower_bound import LowerBound
 from scheduler.simulation.market import MarketSpec
@@ -175,10 +175,10 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
                               currency=settings.report_currency, fx=settings.fx)
         infeasible = [j.why_not for j in bound.jobs] if bound is not None else None
         with store.session(write=False) as s:
+            billed = bills(s, currency=settings.report_currency, fx=settings.fx)
             score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
-                                          fx=settings.fx)
-            gaps = job_gaps(s, line_of, bound.jobs, currency=settings.report_currency, fx=settings.fx,
-                            true_factor=agents.true_factor) if bound is not None else []
+                                          fx=settings.fx, billed=billed)
+            gaps = job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor) if bound is not None else []
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
                              ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained, gaps)
         store.dispose()
