@@ -88,30 +88,41 @@ def work_gpu_hours(jobs: Sequence[tuple[JobSpec, datetime]], offers: Sequence[Of
 
 @dataclass(frozen=True)
 class Bills:
-    """A run's cost records summed per job (report currency): what ``fair_score`` and ``gaps`` both read."""
+    """A run's cost records summed (report currency), read once for the summary, ``fair_score`` and ``gaps``."""
 
     by_job: dict[str, Decimal]  # each job's busy hours
     on_demand_by_job: dict[str, Decimal]  # of those, billed at on-demand prices
     idle: Decimal  # machines billed with no job on them
+    idle_hours: Decimal
+    by_capacity: dict[str, Decimal]  # spot, on-demand, reserved: the whole bill
+    on_demand_equivalent: Decimal  # the same hours at on-demand prices
 
 
 def bills(s: Session, *, currency: str, fx: FxRates) -> Bills:
     """Every cost record of the run in ``s``, read once, converted to ``currency``."""
     by_job: dict[str, Decimal] = {}
     on_demand: dict[str, Decimal] = {}
-    idle = Decimal(0)
-    costs = select(CostRecordRow.job_id, CostRecordRow.kind, CostRecordRow.capacity, CostRecordRow.amount,
-                   CostRecordRow.currency)
-    for job_id, kind, capacity, amount, cur in s.execute(costs.execution_options(yield_per=5000)):
+    by_capacity = {capacity: Decimal(0) for capacity in ("spot", "on-demand", "reserved")}
+    idle = idle_hours = equivalent = Decimal(0)
+
+    def value(amount: Decimal, cur: str) -> Decimal:
         money = Money(amount=amount, currency=cur)
-        value = (money if cur == currency else fx.convert(money, currency)).amount
+        return (money if cur == currency else fx.convert(money, currency)).amount
+
+    costs = select(CostRecordRow.job_id, CostRecordRow.kind, CostRecordRow.capacity, CostRecordRow.amount,
+                   CostRecordRow.on_demand_amount, CostRecordRow.currency, CostRecordRow.hours)
+    for job_id, kind, capacity, amount, od_amount, cur, hours in s.execute(costs.execution_options(yield_per=5000)):
+        paid = value(amount, cur)
+        by_capacity[capacity] += paid
+        equivalent += value(od_amount, cur)
         if kind == "idle" or job_id is None:
-            idle += value
+            idle += paid
+            idle_hours += hours if kind == "idle" else 0
             continue
-        by_job[job_id] = by_job.get(job_id, Decimal(0)) + value
+        by_job[job_id] = by_job.get(job_id, Decimal(0)) + paid
         if capacity == "on-demand":
-            on_demand[job_id] = on_demand.get(job_id, Decimal(0)) + value
-    return Bills(by_job, on_demand, idle)
+            on_demand[job_id] = on_demand.get(job_id, Decimal(0)) + paid
+    return Bills(by_job, on_demand, idle, idle_hours, by_capacity, equivalent)
 
 
 def fair_score(s: Session, trace_line_of: Mapping[str, int], work: Sequence[float | None],

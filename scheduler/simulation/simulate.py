@@ -44,14 +44,14 @@ from scheduler.lifecycle.context import TickContext
 from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
 from scheduler.settings import Settings
-from scheduler.simulation.fair_score import FairScore, JobResult, bills, fair_score, work_gpu_hours
+from scheduler.simulation.fair_score import Bills, FairScore, JobResult, bills, fair_score, work_gpu_hours
 from scheduler.simulation.gaps import JobGap, job_gaps
 from scheduler.simulation.lower_bound import LowerBound
 from scheduler.simulation.market import MarketSpec
 from scheduler.simulation.simagent import SimAgents
 from scheduler.states import INSTANCE_AWAKE, JOB_OPEN, InstanceRowState
 from scheduler.store.database import Store
-from scheduler.store.tables import AttemptRow, CostRecordRow, InstanceRow, JobRow
+from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.times import utc
 
 POLICIES = ("gpusched", "on-demand", "spot-greedy", "skypilot-like")
@@ -178,9 +178,11 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             billed = bills(s, currency=settings.report_currency, fx=settings.fx)
             score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
                                           fx=settings.fx, billed=billed)
-            gaps = job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor) if bound is not None else []
+            gaps = (job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor)
+                    if bound is not None else [])
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
-                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained, gaps)
+                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained, gaps,
+                             billed)
         store.dispose()
     return summary
 
@@ -241,21 +243,11 @@ _FIRST_STOP_AFTER = select(func.min(InstanceRow.stopped_at)).where(
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
                span: timedelta, ticks: int, wall: float, lower_bound: Money | None, agents: SimAgents,
                ctx: TickContext, score: FairScore, explained: Sequence[JobResult],
-               gaps: Sequence[JobGap]) -> SimSummary:
-    """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory."""
-    cur, fx = settings.report_currency, settings.fx
-    zero = Money.zero(cur)
-    by_cap = {cap: zero for cap in ("spot", "on-demand", "reserved")}
-    spent, on_demand, idle_h = zero, zero, Decimal(0)
+               gaps: Sequence[JobGap], billed: Bills) -> SimSummary:
+    """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory. The
+    bill's figures are ``billed``'s (``fair_score.bills``), the one read of the cost records."""
+    cur = settings.report_currency
     with store.session(write=False) as s:
-        costs = select(CostRecordRow.amount, CostRecordRow.on_demand_amount, CostRecordRow.currency,
-                       CostRecordRow.capacity, CostRecordRow.kind, CostRecordRow.hours)
-        for amount, od_amount, currency, capacity, kind, hours in _streamed(s, costs):
-            money = _in(cur, fx, amount, currency)
-            spent, by_cap[capacity] = spent + money, by_cap[capacity] + money
-            on_demand = on_demand + _in(cur, fx, od_amount, currency)
-            if kind == "idle":
-                idle_h += hours
         states: dict[str, int] = {}
         misses = interruptions = 0
         jobs = select(JobRow.state, JobRow.deadline_at, JobRow.finished_at, JobRow.preemptions)
@@ -269,12 +261,12 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         policy=policy, seed=seed, jobs=n, rejected=rejected,
         succeeded=states.get("succeeded", 0), failed=states.get("failed", 0),
         unfinished=sum(k for state, k in states.items() if state not in ("succeeded", "failed", "cancelled")),
-        currency=cur, total_cost=spent.quantize().amount,
-        on_demand_equivalent_cost=on_demand.quantize().amount,
+        currency=cur, total_cost=_cents(cur, sum(billed.by_capacity.values(), Decimal(0))),
+        on_demand_equivalent_cost=_cents(cur, billed.on_demand_equivalent),
         lower_bound_cost=lower_bound.quantize().amount if lower_bound is not None else None,
         deadline_misses=misses, interruptions=interruptions,
-        lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=idle_h.quantize(Decimal("0.01")),
-        cost_by_capacity={cap: m.quantize().amount for cap, m in by_cap.items()},
+        lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=billed.idle_hours.quantize(Decimal("0.01")),
+        cost_by_capacity={cap: _cents(cur, amount) for cap, amount in billed.by_capacity.items()},
         fair_score=score, explained=tuple(explained), gaps=tuple(gaps),
         simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
     )
@@ -284,9 +276,8 @@ def _streamed(s, stmt):
     return s.execute(stmt.execution_options(yield_per=5000))
 
 
-def _in(cur: str, fx, amount: Decimal, currency: str) -> Money:
-    m = Money(amount=amount, currency=currency)
-    return m if currency == cur else fx.convert(m, cur)
+def _cents(currency: str, amount: Decimal) -> Decimal:
+    return Money(amount=amount, currency=currency).quantize().amount
 
 
 def _lost_gpu_hours(s, agents: SimAgents, ctx: TickContext) -> Decimal:
