@@ -117,7 +117,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
                                                "cause here (CSV)"),
         gaps: Optional[Path] = typer.Option(None, help="write every job's bill beside its share of the lower bound "
                                             "here (CSV), the largest gap first: on-demand part, reclaims, true speed"),
-        lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS)"),
+        lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS), at the estimated "
+                                         "speeds and again at the simulated true speeds"),
         tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                            "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
@@ -165,7 +166,10 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
             bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
         with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
             summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
-                                     progress=bar.update, market=market)
+                                     progress=bar.update, market=market,
+                                     true_speed_bound=None if bound is None else lambda speed: solve_lower_bound(
+                                         entries, load_catalog(), currency=settings.report_currency,
+                                         fx=settings.fx, speed=speed))
         text = summary.to_json()
         if output:
             try:
@@ -225,10 +229,24 @@ def _print_gaps(summary, path: Path, err: Console, top: int = 3) -> None:
                   f"reclaimed at least once, {t.slow:,.2f} on jobs that ran over {SLOW}x slower than estimated, "
                   f"{t.on_demand:,.2f} on jobs billed mostly on-demand (a job may be in several); the largest:",
                   highlight=False)
+        if t.over_true_speed_share is not None:
+            err.print(f"over their share of the bound at true speeds: {t.over_true_speed_share:,.2f} "
+                      f"{summary.currency} (column true_speed_gap)", highlight=False)
     for g in over[:top]:
         speed = f", true speed {g.true_speed}" if g.true_speed else ""
         err.print(f"  {g.name}: {g.cost:,.2f} against {g.bound_cost:,.2f} ({g.bound_setup}); on-demand "
                   f"{g.on_demand_cost:,.2f}, {g.preemptions} reclaim(s){speed}", highlight=False)
+
+
+def _bound_rows(summary) -> list[tuple[str, str]]:
+    """The lower bound at the estimates and at the jobs' simulated true speeds, each with the bill over it."""
+    rows = []
+    for label, bound in (("lower bound (estimated speeds)", summary.lower_bound_cost),
+                         ("lower bound (true speeds)", summary.lower_bound_true_speed_cost)):
+        if bound is not None:
+            ratio = f" (bill {summary.total_cost / bound:.3f}x)" if bound > 0 else ""
+            rows.append((label, f"{bound:,}{ratio}"))
+    return rows
 
 
 def _print_fair_score(summary, err: Console) -> None:
@@ -251,6 +269,7 @@ def _print_fair_score(summary, err: Console) -> None:
         ("per GPU-hour done on time", f"{f.cost_per_completed_gpu_hour:.2f}"
          if f.cost_per_completed_gpu_hour is not None else "-"),
         ("GPU-hours done on time", f"{f.completed_gpu_hours:,} of {f.work_gpu_hours:,}"),
+        *_bound_rows(summary),
         ("deadline misses", split(summary.deadline_misses, f.misses_unavoidable)),
         ("failed", split(summary.failed, f.failed_unavoidable)),
     ]

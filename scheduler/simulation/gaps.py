@@ -6,7 +6,9 @@ allows, for the hours the performance model estimates. So a job costs more than 
 these columns set side by side: hours billed at on-demand prices, spot reclaims (each loses a boot and
 the epoch or shard in progress) and, in a simulation, a job that really ran slower than the estimate
 (``true_speed``: the simulated agents' speed per job and GPU, ``SimAgents.true_factor``), which the
-bound cannot see and no schedule can avoid. Idle machines bill no job; the summary's ``cost_idle`` has them.
+estimate's bound cannot see and no schedule can avoid; where the run solved the bound again at those
+speeds, ``true_speed_gap`` is what is left once they are priced in. Idle machines bill no job; the
+summary's ``cost_idle`` has them.
 
 Sessions diagnosing a month wrote this table by hand each time (BENCHMARKS.md, issue 17): it is how a
 gap is told apart into a decision to fix and luck to report.
@@ -55,6 +57,10 @@ class JobGap:
     attempts: int
     true_speed: str  # per GPU it ran on, its simulated time over the estimate: "A100-80G x1.26"
     slowest: float | None  # the largest of those factors (None: it never ran, or no simulated speeds)
+    # Its share of the bound at the jobs' true speeds (``simulate(true_speed_bound=...)``), and the gap to it:
+    # what is left of the gap once the true speeds, which no schedule could know, are priced in.
+    true_speed_bound_cost: Decimal | None = None
+    true_speed_gap: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class GapTotals:
     reclaimed: Decimal  # of it, on jobs reclaimed at least once
     slow: Decimal  # on jobs that ran more than ``SLOW`` times slower than estimated on a GPU they used
     on_demand: Decimal  # on jobs billed mostly at on-demand prices
+    over_true_speed_share: Decimal | None = None  # the positive gaps to the bound at true speeds, summed
 
 
 def totals(gaps: Sequence[JobGap]) -> GapTotals:
@@ -73,17 +80,21 @@ def totals(gaps: Sequence[JobGap]) -> GapTotals:
     def of(keep: Callable[[JobGap], bool]) -> Decimal:
         return sum((g.gap or Decimal(0) for g in over if keep(g)), Decimal(0))
 
+    true_gaps = [g.true_speed_gap for g in gaps if g.true_speed_gap is not None]
     return GapTotals(over_share=of(lambda g: True), reclaimed=of(lambda g: g.preemptions > 0),
                      slow=of(lambda g: g.slowest is not None and g.slowest > SLOW),
-                     on_demand=of(lambda g: g.on_demand_cost * 2 > g.cost))
+                     on_demand=of(lambda g: g.on_demand_cost * 2 > g.cost),
+                     over_true_speed_share=sum((x for x in true_gaps if x > 0), Decimal(0)) if true_gaps else None)
 
 
 def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], billed: Bills, *,
-             true_factor: TrueFactor | None = None) -> list[JobGap]:
+             true_factor: TrueFactor | None = None,
+             true_speed_bound: Sequence[JobBound] | None = None) -> list[JobGap]:
     """Every job of the run in ``s`` against its bound share, the largest gap first (jobs without one last).
 
-    ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound``; ``billed``: the
-    run's ``fair_score.bills``."""
+    ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound`` (and
+    ``true_speed_bound``, the bound at the simulated true speeds, where solved); ``billed``: the run's
+    ``fair_score.bills``."""
     attempts: dict[str, int] = {}
     gpus: dict[str, list[str]] = {}  # the GPUs each job ran on, in the order it first did
     ran = select(AttemptRow.job_id, InstanceRow.gpu).join(InstanceRow, InstanceRow.id == AttemptRow.instance_id) \
@@ -102,7 +113,8 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
         line = trace_line_of.get(job_id)
         priced = bound[line] if line is not None and line < len(bound) else None
         cost = billed.by_job.get(job_id, Decimal(0)).quantize(CENT)
-        bound_cost = priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
+        bound_cost = _share(bound, line)
+        true_cost = _share(true_speed_bound, line) if true_speed_bound is not None else None
         factors = [(gpu, true_factor(job_id, gpu)) for gpu in gpus.get(job_id, ())] if true_factor else []
         out.append(JobGap(
             trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
@@ -112,9 +124,15 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
             gap=cost - bound_cost if bound_cost is not None else None,
             preemptions=preemptions, attempts=attempts.get(job_id, 0),
             true_speed=", ".join(f"{gpu} x{f:.2f}" for gpu, f in factors),
-            slowest=round(max(f for _, f in factors), 4) if factors else None))
+            slowest=round(max(f for _, f in factors), 4) if factors else None,
+            true_speed_bound_cost=true_cost, true_speed_gap=cost - true_cost if true_cost is not None else None))
     out.sort(key=lambda g: (g.gap is None, -(g.gap or 0), g.trace_line, g.name))
     return out
+
+
+def _share(bound: Sequence[JobBound], line: int | None) -> Decimal | None:
+    priced = bound[line] if line is not None and line < len(bound) else None
+    return priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
 
 
 def _setup(priced: JobBound | None) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from pydantic import Field
 
@@ -97,6 +97,7 @@ def lower_bound(
     open_window: timedelta = DEFAULT_OPEN_WINDOW,
     max_options: int | None = DEFAULT_MAX_OPTIONS,
     max_cells: int = DEFAULT_MAX_CELLS,
+    speed: Callable[[int, str], float] | None = None,
 ) -> LowerBound:
     """The least the trace could cost on ``offers`` under the capacity limits (see the module text).
 
@@ -105,6 +106,10 @@ def lower_bound(
     ``bucket`` doubles until the busy (job, pool, bucket) cells number at most ``max_cells``.
     When the LP is not solved to optimality (``status`` says why: limits no schedule can meet make
     it "infeasible"), ``total`` falls back to the unconstrained total, itself a lower bound.
+
+    ``speed(i, gpu)``: how much longer (>1) or shorter than estimated entry ``i`` really runs on that GPU
+    model, where a simulation knows it (``SimAgents.true_factor``): the bound at the jobs' true speeds.
+    None prices the estimate's hours.
     """
     if bucket <= timedelta(0):
         raise UserError("the LP's time bucket must be positive", fix="e.g. bucket=timedelta(hours=1)")
@@ -117,7 +122,7 @@ def lower_bound(
     priced: list[PricedJob] = []
     results: dict[int, tuple[BoundOption | None, str | None]] = {}
     for i, entry in enumerate(entries):
-        options, why = catalog.candidates(entry.job, entry.at)
+        options, why = catalog.candidates(entry.job, entry.at, None if speed is None else partial(speed, i))
         results[i] = (options[0].option(currency) if options else None, why)
         if options:
             priced.append(priced_job(i, entry, options, pools, origin, open_h))

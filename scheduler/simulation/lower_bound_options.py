@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from providers.catalog import owned_offers
 from scheduler.errors import UserError
@@ -137,8 +137,13 @@ class PricedCatalog:
         options, why = self.candidates(spec, submitted_at)
         return JobOptions(options=tuple(c.option(self.currency) for c in options), why_not=why)
 
-    def candidates(self, spec: JobSpec, submitted_at: datetime) -> tuple[list[Candidate], str | None]:
-        """Every option the job may use, cheapest first, and why there are none when empty."""
+    def candidates(self, spec: JobSpec, submitted_at: datetime,
+                   speed: Callable[[str], float] | None = None) -> tuple[list[Candidate], str | None]:
+        """Every option the job may use, cheapest first, and why there are none when empty.
+
+        ``speed``: per GPU model, how much longer (>1) or shorter (<1) than ``perf.estimate`` says the job
+        really runs there; None takes the estimate as the truth.
+        """
         deadline = spec.deadline_at(submitted_at)
         # What the job file allows, as it is. The planner narrows it (``plan._planner_capacities``); the
         # bound must not: it runs every job uninterrupted, so the restart budget that takes spot away from
@@ -168,7 +173,7 @@ class PricedCatalog:
             if not est.fits or not math.isfinite(est.hours):
                 why.memory.append(est.why_not or f"does not fit in {gpu} memory")
                 continue
-            hours = est.hours
+            hours = est.hours if speed is None else est.hours * speed(gpu)
             finish = submitted_at + timedelta(hours=hours)
             if why.fastest_hours is None or hours < why.fastest_hours:
                 why.fastest_hours = hours

@@ -89,6 +89,10 @@ class SimSummary(Frozen):
     total_cost: Decimal
     on_demand_equivalent_cost: Decimal
     lower_bound_cost: Decimal | None
+    # The bound again at the jobs' simulated true speeds (``simulate(true_speed_bound=...)``), and the jobs
+    # nothing could run in time at them; None when not asked.
+    lower_bound_true_speed_cost: Decimal | None = None
+    true_speed_infeasible_jobs: int | None = None
     deadline_misses: int
     interruptions: int
     lost_gpu_hours: Decimal
@@ -110,7 +114,8 @@ class SimSummary(Frozen):
 def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_dir: Path | None = None,
              settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
              horizon: timedelta = timedelta(days=14),
-             progress: Callable[[Progress], None] | None = None, market: MarketSpec | None = None) -> SimSummary:
+             progress: Callable[[Progress], None] | None = None, market: MarketSpec | None = None,
+             true_speed_bound: Callable[[Callable[[int, str], float]], LowerBound] | None = None) -> SimSummary:
     """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
 
     ``progress`` is called after every tick (it only reads: the run is the same with or without it).
@@ -118,6 +123,12 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
 
     ``bound``: the lower bound solved over the same entries in the same order (``bound.jobs[i]`` is
     ``submissions[i]``): its total is ``lower_bound_cost`` and its verdicts tell unavoidable misses apart.
+
+    ``true_speed_bound``: solves that bound again given ``speed(i, gpu)``, how much slower than estimated
+    ``submissions[i]`` really runs on a GPU model (``lower_bound(..., speed=...)``). Called once the run is
+    over with the simulated agents' own draws (``SimAgents.true_factor``), which no policy sees: its total is
+    ``lower_bound_true_speed_cost``, and its verdicts, not the estimate's, tell the misses no schedule could
+    avoid apart (a job drawn slower than estimated may be late on every option).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -173,16 +184,22 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             clock.set(min(max(nxt, now + cadence), end))
         work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
                               currency=settings.report_currency, fx=settings.fx)
-        infeasible = [j.why_not for j in bound.jobs] if bound is not None else None
+        true_bound = None
+        if true_speed_bound is not None:
+            id_of = {line: job_id for job_id, line in line_of.items()}  # a job refused at submission never ran
+            true_bound = true_speed_bound(lambda i, gpu: agents.true_factor(id_of[i], gpu) if i in id_of else 1.0)
+        verdicts = true_bound or bound
+        infeasible = [j.why_not for j in verdicts.jobs] if verdicts is not None else None
         with store.session(write=False) as s:
             billed = bills(s, currency=settings.report_currency, fx=settings.fx)
             score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
                                           fx=settings.fx, billed=billed)
-            gaps = (job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor)
+            gaps = (job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor,
+                             true_speed_bound=true_bound.jobs if true_bound is not None else None)
                     if bound is not None else [])
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
-                             ticks, time.perf_counter() - wall0, lower_bound, agents, ctx, score, explained, gaps,
-                             billed)
+                             ticks, time.perf_counter() - wall0, lower_bound, true_bound, agents, ctx, score,
+                             explained, gaps, billed)
         store.dispose()
     return summary
 
@@ -241,7 +258,8 @@ _FIRST_STOP_AFTER = select(func.min(InstanceRow.stopped_at)).where(
 
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
-               span: timedelta, ticks: int, wall: float, lower_bound: Money | None, agents: SimAgents,
+               span: timedelta, ticks: int, wall: float, lower_bound: Money | None,
+               true_bound: LowerBound | None, agents: SimAgents,
                ctx: TickContext, score: FairScore, explained: Sequence[JobResult],
                gaps: Sequence[JobGap], billed: Bills) -> SimSummary:
     """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory. The
@@ -264,6 +282,8 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         currency=cur, total_cost=_cents(cur, sum(billed.by_capacity.values(), Decimal(0))),
         on_demand_equivalent_cost=_cents(cur, billed.on_demand_equivalent),
         lower_bound_cost=lower_bound.quantize().amount if lower_bound is not None else None,
+        lower_bound_true_speed_cost=true_bound.total.quantize().amount if true_bound is not None else None,
+        true_speed_infeasible_jobs=true_bound.infeasible_jobs if true_bound is not None else None,
         deadline_misses=misses, interruptions=interruptions,
         lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=billed.idle_hours.quantize(Decimal("0.01")),
         cost_by_capacity={cap: _cents(cur, amount) for cap, amount in billed.by_capacity.items()},

@@ -135,6 +135,12 @@ def test_trace_generate_then_simulate_a_small_month(tmp_path):
     assert summary["policy"] == "on-demand" and summary["interruptions"] == 0
     assert summary["total_cost"] == summary["on_demand_equivalent_cost"]
     assert float(summary["lower_bound_cost"]) <= float(summary["total_cost"])
+    # Solved again at the jobs' simulated true speeds; both shown under the table with the bill over each.
+    true_bound = float(summary["lower_bound_true_speed_cost"])
+    assert 0 < true_bound <= float(summary["total_cost"]) and summary["true_speed_infeasible_jobs"] == 0
+    total = float(summary["total_cost"])
+    assert f"{total / float(summary['lower_bound_cost']):.3f}x" in r.stderr
+    assert f"{total / true_bound:.3f}x" in r.stderr and "lower bound (true speeds)" in r.stderr
 
 
 def test_simulate_shows_a_progress_bar_when_asked_and_none_by_default_off_a_terminal(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 from decimal import Decimal
@@ -10,8 +11,10 @@ from providers.catalog import load_catalog
 from scheduler.settings import Settings
 from scheduler.simulation.gaps import GAPS_COLUMNS, JobGap, totals, write_gaps_csv
 from scheduler.simulation.lower_bound import lower_bound
+from scheduler.simulation.lower_bound_options import feasible_options
 from scheduler.simulation.simagent import SimAgents
 from scheduler.simulation.simulate import Submission, simulate
+from tests.conftest import SIM_START
 from tests.simulation.test_fair_score import entry
 
 SETTINGS = Settings(_env_file=None)
@@ -98,3 +101,66 @@ def test_the_totals_say_on_which_kinds_of_job_the_gaps_are():
     assert (t.over_share, t.reclaimed, t.slow, t.on_demand) == (Decimal("10.00"), Decimal("4.00"), Decimal("4.00"),
                                                                  Decimal("5.00"))
     assert totals([]).over_share == 0
+
+
+def test_the_bound_at_true_speeds_is_solved_on_the_agents_own_draws():
+    """``simulate(true_speed_bound=...)`` hands the solver each job's simulated speed per GPU: the summary's
+    second bound and each job's share of it are that bound's, and so is the gap left beside it."""
+    entries = [entry("fine", deadline="24h"), entry("no-deadline"), entry("spot-only", capacity="spot")]
+    catalog = load_catalog()
+    bound = lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx)
+    subs = [Submission(at=e.at, job=e.job, source=f"t:{i + 1}") for i, e in enumerate(entries)]
+    asked: list = []
+
+    def solve(speed):
+        asked.append(speed)
+        return lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx, speed=speed)
+
+    summary = simulate(subs, policy="gpusched", seed=3, bound=bound, horizon=timedelta(days=2),
+                       true_speed_bound=solve)
+    assert len(asked) == 1
+    agents = SimAgents(None, {}, "sim", seed=3)  # type: ignore[arg-type]  # only its draw is used
+    id_of = {g.trace_line - 1: g.job_id for g in summary.gaps}
+    for i in range(len(entries)):
+        for gpu in ("A10", "T4"):
+            assert asked[0](i, gpu) == agents.true_factor(id_of[i], gpu)
+    at_true = lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx,
+                          speed=lambda i, gpu: agents.true_factor(id_of[i], gpu))
+    assert summary.lower_bound_true_speed_cost == at_true.total.quantize().amount
+    assert summary.lower_bound_true_speed_cost != summary.lower_bound_cost  # the draws are not all 1.0
+    assert summary.true_speed_infeasible_jobs == 0
+    for g in summary.gaps:
+        share = at_true.jobs[g.trace_line - 1].cost
+        assert share is not None and g.true_speed_bound_cost == share.amount.quantize(Decimal("0.01"))
+        assert g.true_speed_gap == g.cost - g.true_speed_bound_cost
+    t = totals(summary.gaps)
+    assert t.over_true_speed_share == sum((g.true_speed_gap for g in summary.gaps if g.true_speed_gap > 0),
+                                          Decimal(0))
+
+
+def test_misses_no_schedule_could_avoid_are_judged_at_the_true_speeds():
+    """A job whose deadline leaves a minute over its fastest estimate: the bound (no boot) has it on time, the
+    simulated run (which boots) misses it. At the estimate that miss was avoidable; once the true-speed bound
+    has the job too slow for every option, it is one no schedule could avoid."""
+    catalog = load_catalog()
+    fastest_h = min(o.hours for o in feasible_options(entry("x").job, SIM_START, catalog, currency="CNY",
+                                                          fx=SETTINGS.fx).options)
+    entries = [entry("tight", deadline=f"{math.ceil(fastest_h * 60) + 1}m"), entry("fine", deadline="24h")]
+    bound = lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx)
+    assert [j.why_not for j in bound.jobs] == [None, None]  # both on time at the estimate
+    subs = [Submission(at=e.at, job=e.job, source=f"t:{i + 1}") for i, e in enumerate(entries)]
+
+    def slow_tight(speed):  # the tight job made 20x slower than its draw: late on every option
+        return lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx,
+                           speed=lambda i, gpu: speed(i, gpu) * (20.0 if i == 0 else 1.0))
+
+    runs = {name: simulate(subs, policy="on-demand", seed=3, bound=bound, horizon=timedelta(days=1),
+                           true_speed_bound=solver)
+            for name, solver in (("estimate", None), ("true speed", slow_tight))}
+    assert runs["true speed"].true_speed_infeasible_jobs == 1
+    assert runs["estimate"].true_speed_infeasible_jobs is None
+    for name, summary in runs.items():
+        assert summary.deadline_misses == 1, name  # the tight job, late by its boot
+    assert (runs["estimate"].fair_score.misses_unavoidable, runs["estimate"].fair_score.misses_avoidable) == (0, 1)
+    assert (runs["true speed"].fair_score.misses_unavoidable,
+            runs["true speed"].fair_score.misses_avoidable) == (1, 0)

@@ -150,6 +150,41 @@ def test_a_job_nothing_can_run_is_counted_not_priced(change: dict[str, Any], why
     assert float(lb.total.amount) == pytest.approx(_cost("10"), rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("factors", "window_hours", "expected"),
+    [
+        # (job a's, job b's) true speed over the estimate; both due ``window_hours`` after submission;
+        # the bound's cost in hours at CHEAP's price, or None where nothing can run the job in time.
+        ((1.0, 1.0), 3.0, (1.0, 1.0)),  # the estimate itself: the same as no ``speed``
+        ((1.5, 0.8), 3.0, (1.5, 0.8)),  # slower costs more hours, faster fewer
+        ((1.5, 1.0), 1.2, (None, 1.0)),  # on time at the estimate, late at its true speed: no schedule can
+        ((0.8, 1.0), 0.9, (0.8, None)),  # late at the estimate, on time at its true speed
+    ],
+)
+def test_the_bound_at_true_speeds_prices_each_job_at_its_own_speed(
+        factors: tuple[float, float], window_hours: float, expected: tuple[float | None, float | None]) -> None:
+    entries = _pair(window_hours * HOURS)
+    seen: list[tuple[int, str]] = []
+
+    def speed(i: int, gpu: str) -> float:
+        seen.append((i, gpu))
+        return factors[i]
+
+    lb = lower_bound(entries, MARKET, currency="CNY", fx=FX, speed=speed)
+    assert {gpu for _, gpu in seen} == {"A10"} and {i for i, _ in seen} == {0, 1}
+    for job, want in zip(lb.jobs, expected, strict=True):
+        if want is None:
+            assert job.cost is None and job.why_not is not None and "fastest option needs" in job.why_not
+        else:
+            assert job.cost is not None
+            assert float(job.cost.amount) == pytest.approx(_cost("10", want * HOURS), rel=1e-9)
+            assert job.shares[0].option.hours == pytest.approx(want * HOURS, rel=1e-12)
+    assert lb.infeasible_jobs == expected.count(None)
+    if factors == (1.0, 1.0):
+        assert lb == lower_bound(entries, MARKET, currency="CNY", fx=FX).model_copy(
+            update={"solve_seconds": lb.solve_seconds})
+
+
 def test_a_budget_rules_out_only_the_options_above_it() -> None:
     budget = Decimal(repr(_cost("12"))).quantize(Decimal("0.01"))  # between CHEAP and MID
     options = feasible_options(_job(budget=f"{budget} CNY"), T0, MARKET, currency="CNY", fx=FX).options
