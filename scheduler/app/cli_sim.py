@@ -6,6 +6,7 @@ cloud and need no daemon. Added to the root command by ``register`` (``cli.py``)
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -110,36 +111,40 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
     @app.command()
     def simulate(
         trace: Path = typer.Option(..., help="workload trace: JSON lines {at, job} (.jsonl or .jsonl.gz)"),
-        policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like"),
+        policy: str = typer.Option("gpusched", help="gpusched | on-demand | spot-greedy | skypilot-like; several "
+                                   "separated by commas, or all: each in its own process, compared in one table"),
         seed: int = typer.Option(1, help="seed for the sandbox clouds (prices, boots, reclaims)"),
-        output: Optional[Path] = typer.Option(None, help="write the summary JSON here"),
+        output: Optional[Path] = typer.Option(None, help="write the summary JSON here (several policies: an object "
+                                              "keyed by policy)"),
         explain: Optional[Path] = typer.Option(None, help="write every failed, late or unfinished job with its "
-                                               "cause here (CSV)"),
+                                               "cause here (CSV; several policies: one file each, FILE-POLICY.csv)"),
         gaps: Optional[Path] = typer.Option(None, help="write every job's bill beside its share of the lower bound "
                                             "here (CSV), the largest gap first: on-demand part, reclaims, true speed"),
         lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS), at the estimated "
                                          "speeds and again at the simulated true speeds"),
         tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                            "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
+        workers: int = typer.Option(0, min=0, help="processes for several policies (0: one per core, at most 4)"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                 help="a progress bar on stderr [default: when stderr is a terminal]"),
     ) -> None:
         """Run the daemon's tick over a month-long trace on the sandbox clouds; print the summary.
 
         The summary JSON goes to stdout; the fair score (what the bill bought) and why jobs failed or
-        were late go to stderr as a table, after a progress bar while it runs (on a terminal).
+        were late go to stderr as a table, after a progress bar while it runs (on a terminal). With
+        several policies, one table compares them.
         """
-        from providers.catalog import load_catalog
         from scheduler.logs import configure_logging
-        from scheduler.settings import Settings
-        from scheduler.simulation.fair_score import write_explain_csv
-        from scheduler.simulation.gaps import write_gaps_csv
-        from scheduler.simulation.simulate import POLICIES, Submission
-        from scheduler.simulation.simulate import simulate as run_simulation
-        from scheduler.simulation.trace_file import load_trace_market
+        from scheduler.simulation.compare import (
+            load_month,
+            policies_of,
+            run_policies,
+            run_policy,
+            sim_settings,
+            solve_bound,
+        )
 
-        if policy not in POLICIES:
-            raise UserError(f"unknown policy {policy!r}", fix=f"use one of: {', '.join(POLICIES)}")
+        policies = policies_of(policy)
         if output is not None:  # before the month is simulated, not after
             if output.is_dir():
                 raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
@@ -154,37 +159,105 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
                                     fix=f"give {name} a file path, e.g. {path / 'out.csv'}")
                 _writable_folder(path.parent, f"the folder of {name}")
         configure_logging("console", "warning")
-        entries, market = load_trace_market(trace)
-        if not market.is_catalog:
-            err.print(f"market: {market.describe()}", highlight=False)
-        subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
-        settings = Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
-        bound = None
-        if lower_bound:
-            from scheduler.simulation.lower_bound import lower_bound as solve_lower_bound
+        month = load_month(trace)
+        if not month.market.is_catalog:
+            err.print(f"market: {month.market.describe()}", highlight=False)
+        bound = solve_bound(month, sim_settings(seed, tick_seconds)) if lower_bound else None
+        bar_wanted = err.is_terminal if progress is None else progress
+        if len(policies) == 1:
+            with _SimProgress(err, policies[0], len(month.submissions), enabled=bar_wanted) as bar:
+                summaries = {policies[0]: run_policy(trace, policies[0], seed, tick_seconds, bound, month=month,
+                                                     progress=bar.update).summary}
+            cpu = None
+        else:
+            with cli_progress.Bar(err, f"simulate {', '.join(policies)}: policies done", len(policies),
+                                  enabled=bar_wanted) as bar:
+                finished: list[str] = []
 
-            bound = solve_lower_bound(entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
-        with _SimProgress(err, policy, len(subs), enabled=err.is_terminal if progress is None else progress) as bar:
-            summary = run_simulation(subs, policy=policy, seed=seed, bound=bound, settings=settings,
-                                     progress=bar.update, market=market,
-                                     true_speed_bound=None if bound is None else lambda speed: solve_lower_bound(
-                                         entries, load_catalog(), currency=settings.report_currency,
-                                         fx=settings.fx, speed=speed))
-        text = summary.to_json()
+                def done(run) -> None:
+                    finished.append(run.summary.policy)
+                    bar.update(len(finished), status=f"{run.summary.policy} {run.cpu_seconds:,.0f} CPU s")
+
+                runs = run_policies(trace, policies, seed, tick_seconds, bound, workers=workers, done=done)
+            summaries = {p: r.summary for p, r in runs.items()}
+            cpu = {p: r.cpu_seconds for p, r in runs.items()}
+        text = _summaries_json(summaries)
         if output:
             try:
                 output.write_text(text + "\n")
             except OSError as exc:
                 raise UserError(f"cannot write --output {output}: {exc.strerror or type(exc).__name__}",
                                 fix="give --output a file path in a folder this user can write") from None
-        if explain:
-            write_explain_csv(summary.explained, explain)
-        if gaps:
-            write_gaps_csv(summary.gaps, gaps)
+        _write_listings(summaries, explain, gaps)
         sys.stdout.write(text + "\n")
-        _print_fair_score(summary, err)
+        if cpu is None:
+            summary = summaries[policies[0]]
+            _print_fair_score(summary, err)
+            if gaps:
+                _print_gaps(summary, gaps, err)
+        else:
+            _print_comparison(list(summaries.values()), cpu, err)
+
+
+def _per_policy(path: Path, policy: str, several: bool) -> Path:
+    """``why.csv`` as it is for one policy; ``why-on-demand.csv`` and so on for several."""
+    return path.with_name(f"{path.stem}-{policy}{path.suffix}") if several else path
+
+
+def _write_listings(summaries: dict, explain: Path | None, gaps: Path | None) -> None:
+    from scheduler.simulation.fair_score import write_explain_csv
+    from scheduler.simulation.gaps import write_gaps_csv
+
+    several = len(summaries) > 1
+    for policy, summary in summaries.items():
+        if explain:
+            write_explain_csv(summary.explained, _per_policy(explain, policy, several))
         if gaps:
-            _print_gaps(summary, gaps, err)
+            write_gaps_csv(summary.gaps, _per_policy(gaps, policy, several))
+
+
+def _summaries_json(summaries: dict) -> str:
+    """One policy: its summary, as always; several: an object keyed by policy (each summary as one prints)."""
+    if len(summaries) == 1:
+        return next(iter(summaries.values())).to_json()
+    return json.dumps({p: s.model_dump(mode="json") for p, s in summaries.items()}, indent=2, sort_keys=True)
+
+
+def _print_comparison(summaries: list, cpu: dict[str, float], err: Console) -> None:
+    """Several policies on one month on the fair footing (the fair score's figures): a column each, so that
+    four fit a narrow terminal."""
+    first = summaries[0]
+    table = Table(title=f"{first.jobs} jobs, seed {first.seed}: the policies compared")
+    table.add_column(first.currency)
+    for s in summaries:
+        table.add_column(s.policy, justify="right")
+
+    def ratio(s, bound) -> str:
+        return f"{s.total_cost / bound:.3f}x" if bound else "-"
+
+    def split(n: int, unavoidable: int | None) -> str:
+        return f"{n} ({unavoidable})" if unavoidable else str(n)
+
+    rows = {
+        "total": lambda s: f"{s.total_cost:,}",
+        "below on-demand prices": lambda s: (f"{1 - s.total_cost / s.on_demand_equivalent_cost:.1%}"
+                                             if s.on_demand_equivalent_cost else "-"),
+        "/ lower bound": lambda s: ratio(s, s.lower_bound_cost),
+        "/ bound at true speeds": lambda s: ratio(s, s.lower_bound_true_speed_cost),
+        "deadline misses": lambda s: split(s.deadline_misses, s.fair_score.misses_unavoidable),
+        "failed": lambda s: split(s.failed, s.fair_score.failed_unavoidable),
+        "GPU-hours on time": lambda s: f"{s.fair_score.completed_gpu_hours:,}",
+        "per GPU-hour on time": lambda s: (f"{s.fair_score.cost_per_completed_gpu_hour:.2f}"
+                                           if s.fair_score.cost_per_completed_gpu_hour is not None else "-"),
+        "on-demand share": lambda s: (f"{s.cost_by_capacity.get('on-demand', 0) / s.total_cost:.0%}"
+                                      if s.total_cost else "-"),
+        "CPU seconds": lambda s: f"{cpu[s.policy]:,.0f}",
+    }
+    for label, cell in rows.items():
+        table.add_row(label, *(cell(s) for s in summaries))
+    err.print(table)
+    err.print(f"of {first.fair_score.work_gpu_hours:,} GPU-hours of work; misses and failures in brackets: no "
+              "schedule could avoid them (judged at true speeds where that bound was solved)", highlight=False)
 
 
 class _SimProgress:

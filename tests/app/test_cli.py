@@ -163,6 +163,37 @@ def test_simulate_shows_a_progress_bar_when_asked_and_none_by_default_off_a_term
         {k: v for k, v in summary[""].items() if k != "wall_seconds"}
 
 
+def test_simulate_compares_several_policies_in_one_table(tmp_path):
+    """``--policy all``: every policy's summary, keyed by policy, each the one ``--policy P`` prints (but for wall
+    time); a listing each; one table with a column each on stderr."""
+    from tests.simulation.test_compare import small_trace
+
+    trace, why = small_trace(tmp_path), tmp_path / "why.csv"
+    out = tmp_path / "all.json"
+    r = gpusched("simulate", "--trace", str(trace), "--policy", "all", "--seed", "2", "--tick-seconds", "60",
+                 "--output", str(out), "--explain", str(why))
+    assert r.returncode == 0, r.stderr
+    both = json.loads(r.stdout)
+    assert both == json.loads(out.read_text())
+    assert sorted(both) == sorted(["gpusched", "on-demand", "spot-greedy", "skypilot-like"])
+    header = "the policies compared"
+    assert header in r.stderr and "/ bound at true speeds" in r.stderr
+    table = r.stderr[r.stderr.index(header):]
+    for policy, summary in both.items():
+        assert (tmp_path / f"why-{policy}.csv").read_text().startswith("trace_line,")
+        assert policy in table and f"{float(summary['total_cost']):,.2f}" in table
+    alone = gpusched("simulate", "--trace", str(trace), "--policy", "spot-greedy", "--seed", "2", "--tick-seconds",
+                     "60")
+    assert alone.returncode == 0, alone.stderr
+    one = json.loads(alone.stdout)
+    assert {k: v for k, v in one.items() if k != "wall_seconds"} == \
+        {k: v for k, v in both["spot-greedy"].items() if k != "wall_seconds"}
+    assert not why.exists()  # several policies: a file each, none under the plain name
+
+    bad = gpusched("simulate", "--trace", str(trace), "--policy", "gpusched,cheapest")
+    assert bad.returncode != 0 and "unknown policy 'cheapest'" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     job = {"name": "too-tight", "team": "t", "kind": "train", "model": "yolov9-t",
            "data": {"uri": "s3://b/d", "train_images": 2000, "val_images": 200}, "train": {"epochs": 10},

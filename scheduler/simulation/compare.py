@@ -1,0 +1,121 @@
+"""One trace under several policies, each in its own process: ``gpusched simulate --policy all``.
+
+A what-if is a comparison: the same month under ours and the baselines, on the same seed, held to the
+same lower bound. Each policy's run is independent of the others (its own store, its own sandbox
+clouds, the same seeds), so they run side by side in processes and the month takes the wall time of
+its slowest policy rather than the sum. A run in a process is the same run as one in the command's own
+process: the summary is the same but for ``wall_seconds`` (``tests/app/test_cli.py``).
+
+The bound at the estimates is solved once, here, and handed to every run; the bound at the true speeds
+is solved by each run once it is over (``simulate(true_speed_bound=...)``), from the draws of its own
+simulated agents, which depend on the seed and the job ids only, so every policy gets the same figure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from providers.catalog import load_catalog
+from scheduler.errors import UserError
+from scheduler.logs import configure_logging
+from scheduler.settings import Settings
+from scheduler.simulation.lower_bound import LowerBound, lower_bound
+from scheduler.simulation.market import MarketSpec
+from scheduler.simulation.simulate import POLICIES, Progress, SimSummary, Submission, simulate
+from scheduler.simulation.trace_file import TraceEntry, load_trace_market
+
+MAX_WORKERS = 4  # one process per policy: there are four
+
+
+@dataclass(frozen=True)
+class Month:
+    """A trace as the simulator takes it: its entries, the market on its first line, the submissions."""
+
+    entries: list[TraceEntry]
+    market: MarketSpec
+    submissions: list[Submission]
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    summary: SimSummary
+    cpu_seconds: float  # the process's CPU time for the run (the bound at the estimates not included)
+
+
+def policies_of(text: str) -> tuple[str, ...]:
+    """``--policy``: one name, a comma-separated list, or ``all``; in the order given, each once."""
+    names = POLICIES if text.strip() == "all" else tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise UserError(f"unknown policy {', '.join(map(repr, unknown)) or repr(text)}",
+                        fix=f"use one of: {', '.join(POLICIES)}; several separated by commas; or all")
+    return tuple(dict.fromkeys(names))
+
+
+def load_month(trace: Path) -> Month:
+    entries, market = load_trace_market(trace)
+    subs = [Submission(at=e.at, job=e.job, source=f"{trace.name}:{i + 1}") for i, e in enumerate(entries)]
+    return Month(entries, market, subs)
+
+
+def sim_settings(seed: int, tick_seconds: float) -> Settings:
+    return Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
+
+
+def solve_bound(month: Month, settings: Settings) -> LowerBound:
+    """The lower bound at the estimates (``lower_bound``), in the summary's currency."""
+    return lower_bound(month.entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
+
+
+def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
+               month: Month | None = None, progress: Callable[[Progress], None] | None = None) -> PolicyRun:
+    """One policy over the trace; with ``bound``, the bound at the true speeds solved after the run.
+    ``month``: the trace already loaded (in this process)."""
+    month = month or load_month(trace)
+    settings = sim_settings(seed, tick_seconds)
+    true_speed = None
+    if bound is not None:
+        true_speed = partial(lower_bound, month.entries, load_catalog(), currency=settings.report_currency,
+                             fx=settings.fx)
+    cpu0 = time.process_time()
+    summary = simulate(month.submissions, policy=policy, seed=seed, bound=bound, settings=settings,
+                       progress=progress, market=month.market,
+                       true_speed_bound=None if true_speed is None else lambda speed: true_speed(speed=speed))
+    return PolicyRun(summary, time.process_time() - cpu0)
+
+
+def _in_process(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None) -> PolicyRun:
+    configure_logging("console", "warning")  # a fresh process logs as the command does
+    return run_policy(trace, policy, seed, tick_seconds, bound)
+
+
+def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: float, bound: LowerBound | None,
+                 *, workers: int = 0, done: Callable[[PolicyRun], None] | None = None) -> dict[str, PolicyRun]:
+    """Every policy over the trace, in up to ``workers`` processes (0: one per core, at most ``MAX_WORKERS``);
+    ``done`` is called as each run ends. The result is in the order of ``policies``."""
+    workers = min(workers or min(MAX_WORKERS, os.cpu_count() or 1), len(policies))
+    runs: dict[str, PolicyRun] = {}
+    if workers <= 1:
+        month = load_month(trace)
+        for policy in policies:
+            runs[policy] = run_policy(trace, policy, seed, tick_seconds, bound, month=month)
+            if done is not None:
+                done(runs[policy])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_in_process, trace, p, seed, tick_seconds, bound): p for p in policies}
+            for future in as_completed(futures):
+                runs[futures[future]] = future.result()
+                if done is not None:
+                    done(runs[futures[future]])
+    return {p: runs[p] for p in policies}
+
+
+__all__ = ["MAX_WORKERS", "Month", "PolicyRun", "load_month", "policies_of", "run_policies", "run_policy",
+           "sim_settings", "solve_bound"]
