@@ -125,6 +125,11 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "
                                            "(GPUSCHED_TICK_SECONDS); events closer together share a tick"),
         workers: int = typer.Option(0, min=0, help="processes for several policies (0: one per core, at most 4)"),
+        set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE",
+                                       help="what if the daemon had this setting (over GPUSCHED_* from the "
+                                       "environment): idle_stop_minutes, launch_grace_seconds, agent_silence_minutes, "
+                                       "stopped_retention_hours, team_budgets, budget_at_limit, report_currency, "
+                                       "fx_usd_cny; repeat for several"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                 help="a progress bar on stderr [default: when stderr is a terminal]"),
     ) -> None:
@@ -142,9 +147,11 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
             run_policy,
             sim_settings,
             solve_bound,
+            what_if_of,
         )
 
         policies = policies_of(policy)
+        what_if = what_if_of(set_)
         if output is not None:  # before the month is simulated, not after
             if output.is_dir():
                 raise UserError(f"--output {output} is a folder", fix="give --output a file path, e.g. summary.json")
@@ -162,12 +169,13 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         month = load_month(trace)
         if not month.market.is_catalog:
             err.print(f"market: {month.market.describe()}", highlight=False)
-        bound = solve_bound(month, sim_settings(seed, tick_seconds)) if lower_bound else None
+        settings = sim_settings(seed, tick_seconds, what_if)  # checked before the month is simulated
+        bound = solve_bound(month, settings) if lower_bound else None
         bar_wanted = err.is_terminal if progress is None else progress
         if len(policies) == 1:
             with _SimProgress(err, policies[0], len(month.submissions), enabled=bar_wanted) as bar:
-                summaries = {policies[0]: run_policy(trace, policies[0], seed, tick_seconds, bound, month=month,
-                                                     progress=bar.update).summary}
+                summaries = {policies[0]: run_policy(trace, policies[0], seed, tick_seconds, bound, what_if=what_if,
+                                                     month=month, progress=bar.update).summary}
             cpu = None
         else:
             with cli_progress.Bar(err, f"simulate {', '.join(policies)}: policies done", len(policies),
@@ -178,7 +186,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
                     finished.append(run.summary.policy)
                     bar.update(len(finished), status=f"{run.summary.policy} {run.cpu_seconds:,.0f} CPU s")
 
-                runs = run_policies(trace, policies, seed, tick_seconds, bound, workers=workers, done=done)
+                runs = run_policies(trace, policies, seed, tick_seconds, bound, what_if=what_if, workers=workers,
+                                    done=done)
             summaries = {p: r.summary for p, r in runs.items()}
             cpu = {p: r.cpu_seconds for p, r in runs.items()}
         text = _summaries_json(summaries)
@@ -190,6 +199,10 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
                                 fix="give --output a file path in a folder this user can write") from None
         _write_listings(summaries, explain, gaps)
         sys.stdout.write(text + "\n")
+        changed = next(iter(summaries.values())).settings
+        if changed:
+            err.print("settings away from their defaults (--set or GPUSCHED_*): "
+                      + ", ".join(f"{k}={v}" for k, v in changed.items()), highlight=False)
         if cpu is None:
             summary = summaries[policies[0]]
             _print_fair_score(summary, err)

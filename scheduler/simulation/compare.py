@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
@@ -24,10 +24,10 @@ from pathlib import Path
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.logs import configure_logging
-from scheduler.settings import Settings
+from scheduler.settings import Settings, load_settings
 from scheduler.simulation.lower_bound import LowerBound, lower_bound
 from scheduler.simulation.market import MarketSpec
-from scheduler.simulation.simulate import POLICIES, Progress, SimSummary, Submission, simulate
+from scheduler.simulation.simulate import POLICIES, WHAT_IF_SETTINGS, Progress, SimSummary, Submission, simulate
 from scheduler.simulation.trace_file import TraceEntry, load_trace_market
 
 MAX_WORKERS = 4  # one process per policy: there are four
@@ -64,8 +64,25 @@ def load_month(trace: Path) -> Month:
     return Month(entries, market, subs)
 
 
-def sim_settings(seed: int, tick_seconds: float) -> Settings:
-    return Settings(_env_file=None, cluster="sim", sandbox_seed=seed, tick_seconds=tick_seconds)
+def what_if_of(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` pairs: a setting of ``WHAT_IF_SETTINGS`` (as the field or as GPUSCHED_KEY) and its
+    value as the environment would give it (JSON for maps). Values are checked by ``sim_settings``."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        name = key.strip().lower().removeprefix("gpusched_").replace("-", "_")
+        if not sep or name not in WHAT_IF_SETTINGS:
+            raise UserError(f"--set {pair!r}: " + ("not KEY=VALUE" if not sep else f"{key.strip()!r} is not a "
+                                                   "setting a simulation can change"),
+                            fix=f"--set KEY=VALUE, KEY one of: {', '.join(WHAT_IF_SETTINGS)}")
+        out[name] = value.strip()
+    return out
+
+
+def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | None = None) -> Settings:
+    """The simulated daemon's settings: GPUSCHED_* from the environment (no .env), ``what_if`` over them."""
+    return load_settings(_env_file=None, **{**(what_if or {}), "cluster": "sim", "sandbox_seed": seed,
+                                            "tick_seconds": tick_seconds})
 
 
 def solve_bound(month: Month, settings: Settings) -> LowerBound:
@@ -74,11 +91,12 @@ def solve_bound(month: Month, settings: Settings) -> LowerBound:
 
 
 def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
-               month: Month | None = None, progress: Callable[[Progress], None] | None = None) -> PolicyRun:
+               what_if: Mapping[str, str] | None = None, month: Month | None = None,
+               progress: Callable[[Progress], None] | None = None) -> PolicyRun:
     """One policy over the trace; with ``bound``, the bound at the true speeds solved after the run.
-    ``month``: the trace already loaded (in this process)."""
+    ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded."""
     month = month or load_month(trace)
-    settings = sim_settings(seed, tick_seconds)
+    settings = sim_settings(seed, tick_seconds, what_if)
     true_speed = None
     if bound is not None:
         true_speed = partial(lower_bound, month.entries, load_catalog(), currency=settings.report_currency,
@@ -90,13 +108,15 @@ def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: 
     return PolicyRun(summary, time.process_time() - cpu0)
 
 
-def _in_process(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None) -> PolicyRun:
+def _in_process(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None,
+                what_if: Mapping[str, str] | None) -> PolicyRun:
     configure_logging("console", "warning")  # a fresh process logs as the command does
-    return run_policy(trace, policy, seed, tick_seconds, bound)
+    return run_policy(trace, policy, seed, tick_seconds, bound, what_if=what_if)
 
 
 def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: float, bound: LowerBound | None,
-                 *, workers: int = 0, done: Callable[[PolicyRun], None] | None = None) -> dict[str, PolicyRun]:
+                 *, what_if: Mapping[str, str] | None = None, workers: int = 0,
+                 done: Callable[[PolicyRun], None] | None = None) -> dict[str, PolicyRun]:
     """Every policy over the trace, in up to ``workers`` processes (0: one per core, at most ``MAX_WORKERS``);
     ``done`` is called as each run ends. The result is in the order of ``policies``."""
     workers = min(workers or min(MAX_WORKERS, os.cpu_count() or 1), len(policies))
@@ -104,12 +124,12 @@ def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: 
     if workers <= 1:
         month = load_month(trace)
         for policy in policies:
-            runs[policy] = run_policy(trace, policy, seed, tick_seconds, bound, month=month)
+            runs[policy] = run_policy(trace, policy, seed, tick_seconds, bound, what_if=what_if, month=month)
             if done is not None:
                 done(runs[policy])
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(_in_process, trace, p, seed, tick_seconds, bound): p for p in policies}
+            futures = {pool.submit(_in_process, trace, p, seed, tick_seconds, bound, what_if): p for p in policies}
             for future in as_completed(futures):
                 runs[futures[future]] = future.result()
                 if done is not None:
@@ -118,4 +138,4 @@ def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: 
 
 
 __all__ = ["MAX_WORKERS", "Month", "PolicyRun", "load_month", "policies_of", "run_policies", "run_policy",
-           "sim_settings", "solve_bound"]
+           "sim_settings", "solve_bound", "what_if_of"]

@@ -55,6 +55,12 @@ from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.times import utc
 
 POLICIES = ("gpusched", "on-demand", "spot-greedy", "skypilot-like")
+# The daemon's settings a simulation may be asked "what if" about (``gpusched simulate --set``), read from the
+# environment (GPUSCHED_*) as the daemon reads them; those that differ from their defaults are in the summary.
+# Not the rest: the simulator sets the store, cluster, seed and tick itself, and the others (the API, reports,
+# mail, secrets) change nothing a simulated month decides or bills.
+WHAT_IF_SETTINGS = ("idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes", "stopped_retention_hours",
+                    "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
 REPLAN = timedelta(minutes=1)  # how soon a waiting job is planned again
 MAX_JUMP = timedelta(hours=6)
 
@@ -102,6 +108,8 @@ class SimSummary(Frozen):
     simulated_days: float
     ticks: int
     wall_seconds: float
+    # The ``WHAT_IF_SETTINGS`` the run had away from their defaults (from --set or GPUSCHED_*), as JSON text.
+    settings: dict[str, str] = {}
     # Every failed, late or unfinished job with its cause (``--explain``): not in the summary JSON.
     explained: tuple[JobResult, ...] = Field(default=(), exclude=True, repr=False)
     # Every job's bill beside its share of the lower bound (``--gaps``), when a bound was given: not in the JSON.
@@ -289,7 +297,17 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         cost_by_capacity={cap: _cents(cur, amount) for cap, amount in billed.by_capacity.items()},
         fair_score=score, explained=tuple(explained), gaps=tuple(gaps),
         simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
+        settings=changed_settings(settings),
     )
+
+
+def changed_settings(settings: Settings) -> dict[str, str]:
+    """The ``WHAT_IF_SETTINGS`` that are not at their defaults, each as the JSON of its value."""
+    fields = Settings.model_fields
+    changed = [name for name in WHAT_IF_SETTINGS
+               if getattr(settings, name) != fields[name].get_default(call_default_factory=True)]
+    values = settings.model_dump(mode="json", include=set(changed))
+    return {name: json.dumps(values[name]) for name in changed}
 
 
 def _streamed(s, stmt):

@@ -194,6 +194,24 @@ def test_simulate_compares_several_policies_in_one_table(tmp_path):
     assert bad.returncode != 0 and "unknown policy 'cheapest'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_simulate_asks_what_if_the_daemon_had_another_setting(tmp_path):
+    from tests.simulation.test_compare import small_trace
+
+    trace = small_trace(tmp_path)
+    base = ("simulate", "--trace", str(trace), "--policy", "on-demand", "--seed", "2", "--tick-seconds", "60",
+            "--no-lower-bound")
+    default, warm = gpusched(*base), gpusched(*base, "--set", "idle_stop_minutes=120")
+    assert default.returncode == 0 and warm.returncode == 0, warm.stderr
+    before, after = json.loads(default.stdout), json.loads(warm.stdout)
+    assert before["settings"] == {} and after["settings"] == {"idle_stop_minutes": "120"}
+    assert float(after["idle_hours"]) > float(before["idle_hours"])
+    assert "idle_stop_minutes=120" in warm.stderr and "away from their defaults" not in default.stderr
+    for bad, says in ((("--set", "api_token=x"), "is not a setting a simulation can change"),
+                      (("--set", "idle_stop_minutes=-1"), "GPUSCHED_IDLE_STOP_MINUTES")):
+        r = gpusched(*base, *bad)
+        assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr
+
+
 def test_simulate_explains_failed_and_late_jobs_in_a_csv(tmp_path):
     job = {"name": "too-tight", "team": "t", "kind": "train", "model": "yolov9-t",
            "data": {"uri": "s3://b/d", "train_images": 2000, "val_images": 200}, "train": {"epochs": 10},

@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.errors import UserError
-from scheduler.simulation.compare import load_month, policies_of, run_policies, run_policy, sim_settings, solve_bound
-from scheduler.simulation.simulate import POLICIES
+from scheduler.errors import SettingsError, UserError
+from scheduler.settings import Settings
+from scheduler.simulation.compare import (
+    load_month,
+    policies_of,
+    run_policies,
+    run_policy,
+    sim_settings,
+    solve_bound,
+    what_if_of,
+)
+from scheduler.simulation.simulate import POLICIES, WHAT_IF_SETTINGS, changed_settings
 
 JOB = {"team": "t", "kind": "train", "model": "yolov9-t", "data": {"uri": "s3://b/d", "train_images": 2000},
        "train": {"epochs": 2}, "resources": {"gpus": ["T4"]},
@@ -67,3 +76,58 @@ def test_runs_in_processes_are_the_runs_of_one_process(tmp_path: Path) -> None:
         assert apart[p].cpu_seconds > 0
     bounds = {(r.summary.lower_bound_cost, r.summary.lower_bound_true_speed_cost) for r in apart.values()}
     assert len(bounds) == 1 and None not in next(iter(bounds))
+
+
+@pytest.mark.parametrize(
+    ("pairs", "expected"),
+    [
+        ([], {}),
+        (["idle_stop_minutes=5"], {"idle_stop_minutes": "5"}),
+        (["GPUSCHED_IDLE_STOP_MINUTES=5", "budget-at-limit = stop"], {"idle_stop_minutes": "5",
+                                                                      "budget_at_limit": "stop"}),
+        (['team_budgets={"a": "10 CNY"}'], {"team_budgets": '{"a": "10 CNY"}'}),
+        (["idle_stop_minutes=5", "idle_stop_minutes=7"], {"idle_stop_minutes": "7"}),  # the last one wins
+    ],
+)
+def test_what_if_settings_are_key_value_pairs(pairs: list[str], expected: dict[str, str]) -> None:
+    assert what_if_of(pairs) == expected
+
+
+@pytest.mark.parametrize(("pairs", "message"), [
+    (["idle_stop_minutes"], "not KEY=VALUE"),
+    (["api_token=x"], "'api_token' is not a setting a simulation can change"),  # nor a secret in a summary
+    (["tick_seconds=5"], "is not a setting"),  # the simulator's own: --tick-seconds
+])
+def test_a_setting_a_simulation_cannot_change_is_refused_with_the_list(pairs: list[str], message: str) -> None:
+    with pytest.raises(UserError) as e:
+        what_if_of(pairs)
+    assert message in e.value.message and "idle_stop_minutes" in (e.value.fix or "")
+
+
+def test_a_bad_value_is_refused_before_anything_runs() -> None:
+    with pytest.raises(SettingsError) as e:
+        sim_settings(1, 10.0, {"idle_stop_minutes": "-4"})
+    assert "GPUSCHED_IDLE_STOP_MINUTES" in e.value.message
+
+
+def test_the_summary_names_the_settings_away_from_their_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the environment as from --set: a comparison must say what shaped it. Only the what-if settings:
+    the simulator's own are its flags, and a secret never lands in a summary."""
+    assert changed_settings(sim_settings(1, 10.0)) == {}
+    monkeypatch.setenv("GPUSCHED_IDLE_STOP_MINUTES", "3")
+    monkeypatch.setenv("GPUSCHED_API_TOKEN", "s3cret-token-value")
+    settings = sim_settings(1, 10.0, {"budget_at_limit": "stop", "team_budgets": '{"a": "10 CNY"}'})
+    assert changed_settings(settings) == {"idle_stop_minutes": "3", "budget_at_limit": '"stop"',
+                                          "team_budgets": '{"a": {"amount": "10", "currency": "CNY"}}'}
+    assert set(WHAT_IF_SETTINGS) <= set(Settings.model_fields)
+
+
+def test_a_what_if_setting_changes_the_run_and_is_recorded(tmp_path: Path) -> None:
+    trace = small_trace(tmp_path)
+    runs = {minutes: run_policy(trace, "on-demand", 3, 60.0, None,
+                                what_if={"idle_stop_minutes": str(minutes)} if minutes != 10 else None).summary
+            for minutes in (0, 10, 120)}
+    assert runs[10].settings == {} and runs[120].settings == {"idle_stop_minutes": "120"}
+    # Machines kept warm longer idle longer: the only difference between the runs is the setting.
+    assert runs[0].idle_hours < runs[10].idle_hours < runs[120].idle_hours
+    assert runs[0].total_cost < runs[10].total_cost < runs[120].total_cost
