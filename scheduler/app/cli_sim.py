@@ -127,9 +127,9 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         workers: int = typer.Option(0, min=0, help="processes for several policies (0: one per core, at most 4)"),
         set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE",
                                        help="what if the daemon had this setting (over GPUSCHED_* from the "
-                                       "environment): idle_stop_minutes, launch_grace_seconds, agent_silence_minutes, "
-                                       "stopped_retention_hours, team_budgets, budget_at_limit, report_currency, "
-                                       "fx_usd_cny; repeat for several"),
+                                       "environment): providers, reserved, idle_stop_minutes, launch_grace_seconds, "
+                                       "agent_silence_minutes, stopped_retention_hours, team_budgets, "
+                                       "budget_at_limit, report_currency, fx_usd_cny; repeat for several"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                 help="a progress bar on stderr [default: when stderr is a terminal]"),
     ) -> None:

@@ -85,9 +85,17 @@ def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | No
                                             "tick_seconds": tick_seconds})
 
 
+def bound_solver(month: Month, settings: Settings) -> Callable[..., LowerBound]:
+    """``lower_bound`` over the month on what the simulated daemon has: its clouds' offers, its reserved
+    capacity, in the summary's currency; ``speed=`` still to give."""
+    offers = [o for o in load_catalog() if o.provider in settings.providers]
+    return partial(lower_bound, month.entries, offers, currency=settings.report_currency, fx=settings.fx,
+                   reserved=settings.reserved)
+
+
 def solve_bound(month: Month, settings: Settings) -> LowerBound:
-    """The lower bound at the estimates (``lower_bound``), in the summary's currency."""
-    return lower_bound(month.entries, load_catalog(), currency=settings.report_currency, fx=settings.fx)
+    """The lower bound at the estimates."""
+    return bound_solver(month, settings)()
 
 
 def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
@@ -97,10 +105,7 @@ def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: 
     ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded."""
     month = month or load_month(trace)
     settings = sim_settings(seed, tick_seconds, what_if)
-    true_speed = None
-    if bound is not None:
-        true_speed = partial(lower_bound, month.entries, load_catalog(), currency=settings.report_currency,
-                             fx=settings.fx)
+    true_speed = bound_solver(month, settings) if bound is not None else None
     cpu0 = time.process_time()
     summary = simulate(month.submissions, policy=policy, seed=seed, bound=bound, settings=settings,
                        progress=progress, market=month.market,
@@ -138,4 +143,4 @@ def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: 
 
 
 __all__ = ["MAX_WORKERS", "Month", "PolicyRun", "load_month", "policies_of", "run_policies", "run_policy",
-           "sim_settings", "solve_bound", "what_if_of"]
+           "sim_settings", "solve_bound", "bound_solver", "what_if_of"]

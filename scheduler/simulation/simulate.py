@@ -58,9 +58,10 @@ POLICIES = ("gpusched", "on-demand", "spot-greedy", "skypilot-like")
 # The daemon's settings a simulation may be asked "what if" about (``gpusched simulate --set``), read from the
 # environment (GPUSCHED_*) as the daemon reads them; those that differ from their defaults are in the summary.
 # Not the rest: the simulator sets the store, cluster, seed and tick itself, and the others (the API, reports,
-# mail, secrets) change nothing a simulated month decides or bills.
-WHAT_IF_SETTINGS = ("idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes", "stopped_retention_hours",
-                    "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
+# mail, secrets) change nothing a simulated month decides or bills. Reserved capacity is free at the margin
+# in a simulated bill, as in the ledger: its fee is the report's (``accounting/reservations.py``), not here.
+WHAT_IF_SETTINGS = ("providers", "reserved", "idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes",
+                    "stopped_retention_hours", "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
 REPLAN = timedelta(minutes=1)  # how soon a waiting job is planned again
 MAX_JUMP = timedelta(hours=6)
 

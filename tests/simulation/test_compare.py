@@ -131,3 +131,25 @@ def test_a_what_if_setting_changes_the_run_and_is_recorded(tmp_path: Path) -> No
     # Machines kept warm longer idle longer: the only difference between the runs is the setting.
     assert runs[0].idle_hours < runs[10].idle_hours < runs[120].idle_hours
     assert runs[0].total_cost < runs[10].total_cost < runs[120].total_cost
+
+
+def test_the_bound_is_solved_on_what_the_simulated_daemon_has(tmp_path: Path) -> None:
+    """Its clouds (``providers``) and its reserved capacity, free at the margin: a what-if on either moves the
+    bound with the run, so the run is never held to offers it could not use."""
+    trace = small_trace(tmp_path)  # Alibaba only, T4, in cn-hangzhou
+    month = load_month(trace)
+    plain = solve_bound(month, sim_settings(3, 60.0))
+    assert plain.infeasible_jobs == 0 and plain.total.amount > 0
+    elsewhere = solve_bound(month, sim_settings(3, 60.0, what_if_of(["providers=aws,tencent"])))
+    assert elsewhere.infeasible_jobs == len(month.entries)  # the jobs ask for Alibaba: nothing else runs them
+    reservation = ('[{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-c4g1.xlarge", '
+                   '"count": 3, "until": "2027-01-01T00:00:00Z"}]')
+    what_if = what_if_of([f"reserved={reservation}"])
+    owned = solve_bound(month, sim_settings(3, 60.0, what_if))
+    assert owned.total.amount < plain.total.amount
+    run = run_policy(trace, "gpusched", 3, 60.0, owned, what_if=what_if).summary
+    assert "reserved" in run.settings and run.lower_bound_cost == owned.total.quantize().amount
+    assert run.lower_bound_true_speed_cost is not None and run.lower_bound_true_speed_cost < plain.total.amount
+    assert run.deadline_misses == 0 and run.failed == 0
+    # The reserved machines ran the work: the bill (reserved hours free at the margin) is below the plain run's.
+    assert run.total_cost < run_policy(trace, "gpusched", 3, 60.0, plain).summary.total_cost
