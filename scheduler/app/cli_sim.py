@@ -119,7 +119,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         explain: Optional[Path] = typer.Option(None, help="write every failed, late or unfinished job with its "
                                                "cause here (CSV; several policies: one file each, FILE-POLICY.csv)"),
         gaps: Optional[Path] = typer.Option(None, help="write every job's bill beside its share of the lower bound "
-                                            "here (CSV), the largest gap first: on-demand part, reclaims, true speed"),
+                                            "here (CSV), the largest gap first: on-demand part, reclaims, true speed; "
+                                            "several policies: one file each"),
         lower_bound: bool = typer.Option(True, help="also solve the LP lower bound (HiGHS), at the estimated "
                                          "speeds and again at the simulated true speeds"),
         tick_seconds: float = typer.Option(10.0, min=1.0, help="the simulated daemon's tick interval "

@@ -197,7 +197,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         if true_speed_bound is not None:
             id_of = {line: job_id for job_id, line in line_of.items()}  # a job refused at submission never ran
             true_bound = true_speed_bound(lambda i, gpu: agents.true_factor(id_of[i], gpu) if i in id_of else 1.0)
-        verdicts = true_bound or bound
+        verdicts = true_bound if true_bound is not None else bound
         infeasible = [j.why_not for j in verdicts.jobs] if verdicts is not None else None
         with store.session(write=False) as s:
             billed = bills(s, currency=settings.report_currency, fx=settings.fx)
