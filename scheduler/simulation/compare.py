@@ -13,6 +13,7 @@ simulated agents, which depend on the seed and the job ids only, so every policy
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -133,7 +134,9 @@ def run_policies(trace: Path, policies: Sequence[str], seed: int, tick_seconds: 
             if done is not None:
                 done(runs[policy])
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        # Spawned, not forked: the command's progress bar runs a thread, and a fork taken while it holds a
+        # lock (the console's, stderr's) would leave that lock held in the child for good.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_in_process, trace, p, seed, tick_seconds, bound, what_if): p for p in policies}
             for future in as_completed(futures):
                 runs[futures[future]] = future.result()
