@@ -47,6 +47,16 @@ _MAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+$")
 WEBHOOK_SERVICES = ("slack", "dingtalk", "wecom", "feishu")
 
 
+# The daemon's settings a simulation may be asked "what if" about (``gpusched simulate --set``), by field name,
+# read from the environment (GPUSCHED_*) as the daemon reads them; those away from their defaults are in the
+# simulation's summary (``simulation.simulate.changed_settings``).
+# Not the rest: the simulator sets the store, cluster, seed and tick itself, and the others (the API, reports,
+# mail, secrets) change nothing a simulated month decides or bills. Reserved capacity is free at the margin
+# in a simulated bill, as in the ledger: its fee is the report's (``accounting/reservations.py``), not here.
+WHAT_IF_SETTINGS = ("providers", "reserved", "idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes",
+                    "stopped_retention_hours", "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
+
+
 class FxRatesFile(BaseModel):
     """GPUSCHED_FX_RATES_FILE: the file, and the dated rates read from it when the settings were loaded."""
 

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from scheduler.app import cli_progress
 from scheduler.errors import UserError
+from scheduler.settings import WHAT_IF_SETTINGS
 
 if TYPE_CHECKING:  # the CLI imports the simulator only when a command needs it
     from scheduler.settings import Settings
@@ -128,9 +129,7 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         workers: int = typer.Option(0, min=0, help="processes for several policies (0: one per core, at most 4)"),
         set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE",
                                        help="what if the daemon had this setting (over GPUSCHED_* from the "
-                                       "environment): providers, reserved, idle_stop_minutes, launch_grace_seconds, "
-                                       "agent_silence_minutes, stopped_retention_hours, team_budgets, "
-                                       "budget_at_limit, report_currency, fx_usd_cny; repeat for several"),
+                                       f"environment): {', '.join(WHAT_IF_SETTINGS)}; repeat for several"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                 help="a progress bar on stderr [default: when stderr is a terminal]"),
     ) -> None:
@@ -175,9 +174,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         bar_wanted = err.is_terminal if progress is None else progress
         if len(policies) == 1:
             with _SimProgress(err, policies[0], len(month.submissions), enabled=bar_wanted) as bar:
-                summaries = {policies[0]: run_policy(trace, policies[0], seed, tick_seconds, bound, what_if=what_if,
-                                                     month=month, progress=bar.update).summary}
-            cpu = None
+                runs = {policies[0]: run_policy(trace, policies[0], seed, tick_seconds, bound, what_if=what_if,
+                                                month=month, progress=bar.update)}
         else:
             with cli_progress.Bar(err, f"simulate {', '.join(policies)}: policies done", len(policies),
                                   enabled=bar_wanted) as bar:
@@ -189,8 +187,7 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
 
                 runs = run_policies(trace, policies, seed, tick_seconds, bound, what_if=what_if, workers=workers,
                                     done=done)
-            summaries = {p: r.summary for p, r in runs.items()}
-            cpu = {p: r.cpu_seconds for p, r in runs.items()}
+        summaries = {p: r.summary for p, r in runs.items()}
         text = _summaries_json(summaries)
         if output:
             try:
@@ -204,13 +201,13 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         if changed:
             err.print("settings away from their defaults (--set or GPUSCHED_*): "
                       + ", ".join(f"{k}={v}" for k, v in changed.items()), highlight=False)
-        if cpu is None:
+        if len(runs) == 1:
             summary = summaries[policies[0]]
             _print_fair_score(summary, err)
             if gaps:
                 _print_gaps(summary, gaps, err)
         else:
-            _print_comparison(list(summaries.values()), cpu, err)
+            _print_comparison(list(runs.values()), err)
 
 
 def _per_policy(path: Path, policy: str, several: bool) -> Path:
@@ -237,9 +234,11 @@ def _summaries_json(summaries: dict) -> str:
     return json.dumps({p: s.model_dump(mode="json") for p, s in summaries.items()}, indent=2, sort_keys=True)
 
 
-def _print_comparison(summaries: list, cpu: dict[str, float], err: Console) -> None:
+def _print_comparison(runs: list, err: Console) -> None:
     """Several policies on one month on the fair footing (the fair score's figures): a column each, so that
-    four fit a narrow terminal."""
+    four fit a narrow terminal. ``runs``: ``compare.PolicyRun``s."""
+    summaries = [r.summary for r in runs]
+    cpu = {r.summary.policy: r.cpu_seconds for r in runs}
     first = summaries[0]
     table = Table(title=f"{first.jobs} jobs, seed {first.seed}: the policies compared")
     table.add_column(first.currency)

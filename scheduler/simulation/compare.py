@@ -19,19 +19,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.logs import configure_logging
-from scheduler.settings import Settings, load_settings
+from scheduler.settings import WHAT_IF_SETTINGS, Settings, load_settings
 from scheduler.simulation.lower_bound import LowerBound, lower_bound
 from scheduler.simulation.market import MarketSpec
-from scheduler.simulation.simulate import POLICIES, WHAT_IF_SETTINGS, Progress, SimSummary, Submission, simulate
+from scheduler.simulation.simulate import POLICIES, Progress, SimSummary, Submission, simulate
 from scheduler.simulation.trace_file import TraceEntry, load_trace_market
 
 MAX_WORKERS = 4  # one process per policy: there are four
+Speed = Callable[[int, str], float]  # (trace entry, GPU model) -> its true hours over the estimate's
 
 
 @dataclass(frozen=True)
@@ -86,17 +86,21 @@ def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | No
                                             "tick_seconds": tick_seconds})
 
 
-def bound_solver(month: Month, settings: Settings) -> Callable[..., LowerBound]:
-    """``lower_bound`` over the month on what the simulated daemon has: its clouds' offers, its reserved
-    capacity, in the summary's currency; ``speed=`` still to give."""
+def bound_solver(month: Month, settings: Settings) -> Callable[[Speed | None], LowerBound]:
+    """``lower_bound`` over the month on what the simulated daemon has (its clouds' offers, its reserved
+    capacity, in the summary's currency), at the given speeds (None: the estimates)."""
     offers = [o for o in load_catalog() if o.provider in settings.providers]
-    return partial(lower_bound, month.entries, offers, currency=settings.report_currency, fx=settings.fx,
-                   reserved=settings.reserved)
+
+    def solve(speed: Speed | None) -> LowerBound:
+        return lower_bound(month.entries, offers, currency=settings.report_currency, fx=settings.fx,
+                           reserved=settings.reserved, speed=speed)
+
+    return solve
 
 
 def solve_bound(month: Month, settings: Settings) -> LowerBound:
     """The lower bound at the estimates."""
-    return bound_solver(month, settings)()
+    return bound_solver(month, settings)(None)
 
 
 def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
@@ -106,11 +110,10 @@ def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: 
     ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded."""
     month = month or load_month(trace)
     settings = sim_settings(seed, tick_seconds, what_if)
-    true_speed = bound_solver(month, settings) if bound is not None else None
     cpu0 = time.process_time()
     summary = simulate(month.submissions, policy=policy, seed=seed, bound=bound, settings=settings,
                        progress=progress, market=month.market,
-                       true_speed_bound=None if true_speed is None else lambda speed: true_speed(speed=speed))
+                       true_speed_bound=bound_solver(month, settings) if bound is not None else None)
     return PolicyRun(summary, time.process_time() - cpu0)
 
 

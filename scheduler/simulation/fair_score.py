@@ -134,7 +134,8 @@ def fair_score(s: Session, trace_line_of: Mapping[str, int], work: Sequence[floa
     (the bound's ``why_not`` per job, None: no bound) are indexed by that place. ``billed``: the run's
     ``bills``, when the caller has read them already.
     """
-    billed = billed or bills(s, currency=currency, fx=fx)
+    if billed is None:
+        billed = bills(s, currency=currency, fx=fx)
     idle = billed.idle
 
     on_time_cost = lost_cost = Decimal(0)

@@ -111,10 +111,10 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
     for job_id, name, team, kind, state, deadline, finished, preemptions in \
             s.execute(jobs.execution_options(yield_per=5000)):
         line = trace_line_of.get(job_id)
-        priced = bound[line] if line is not None and line < len(bound) else None
+        priced = _entry(bound, line)
         cost = billed.by_job.get(job_id, Decimal(0)).quantize(CENT)
-        bound_cost = _share(bound, line)
-        true_cost = _share(true_speed_bound, line) if true_speed_bound is not None else None
+        bound_cost = _cost(priced)
+        true_cost = _cost(_entry(true_speed_bound, line)) if true_speed_bound is not None else None
         factors = [(gpu, true_factor(job_id, gpu)) for gpu in gpus.get(job_id, ())] if true_factor else []
         out.append(JobGap(
             trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
@@ -130,8 +130,12 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
     return out
 
 
-def _share(bound: Sequence[JobBound], line: int | None) -> Decimal | None:
-    priced = bound[line] if line is not None and line < len(bound) else None
+def _entry(bound: Sequence[JobBound], line: int | None) -> JobBound | None:
+    return bound[line] if line is not None and line < len(bound) else None
+
+
+def _cost(priced: JobBound | None) -> Decimal | None:
+    """The job's share of the bound, to the cent; None where nothing can run it (or it is not in the bound)."""
     return priced.cost.amount.quantize(CENT) if priced is not None and priced.cost is not None else None
 
 

@@ -43,7 +43,7 @@ from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.models import Frozen, JobSpec
 from scheduler.money import Money
-from scheduler.settings import Settings
+from scheduler.settings import WHAT_IF_SETTINGS, Settings
 from scheduler.simulation.fair_score import Bills, FairScore, JobResult, bills, fair_score, work_gpu_hours
 from scheduler.simulation.gaps import JobGap, job_gaps
 from scheduler.simulation.lower_bound import LowerBound
@@ -55,13 +55,6 @@ from scheduler.store.tables import AttemptRow, InstanceRow, JobRow
 from scheduler.times import utc
 
 POLICIES = ("gpusched", "on-demand", "spot-greedy", "skypilot-like")
-# The daemon's settings a simulation may be asked "what if" about (``gpusched simulate --set``), read from the
-# environment (GPUSCHED_*) as the daemon reads them; those that differ from their defaults are in the summary.
-# Not the rest: the simulator sets the store, cluster, seed and tick itself, and the others (the API, reports,
-# mail, secrets) change nothing a simulated month decides or bills. Reserved capacity is free at the margin
-# in a simulated bill, as in the ledger: its fee is the report's (``accounting/reservations.py``), not here.
-WHAT_IF_SETTINGS = ("providers", "reserved", "idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes",
-                    "stopped_retention_hours", "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
 REPLAN = timedelta(minutes=1)  # how soon a waiting job is planned again
 MAX_JUMP = timedelta(hours=6)
 

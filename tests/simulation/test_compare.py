@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.errors import SettingsError, UserError
-from scheduler.settings import Settings
+from scheduler.settings import WHAT_IF_SETTINGS, Settings
 from scheduler.simulation.compare import (
     load_month,
     policies_of,
@@ -18,7 +18,7 @@ from scheduler.simulation.compare import (
     solve_bound,
     what_if_of,
 )
-from scheduler.simulation.simulate import POLICIES, WHAT_IF_SETTINGS, changed_settings
+from scheduler.simulation.simulate import POLICIES, changed_settings
 
 JOB = {"team": "t", "kind": "train", "model": "yolov9-t", "data": {"uri": "s3://b/d", "train_images": 2000},
        "train": {"epochs": 2}, "resources": {"gpus": ["T4"]},
