@@ -266,6 +266,8 @@ def _print_comparison(runs: list, err: Console) -> None:
                                       if s.total_cost else "-"),
         "CPU seconds": lambda s: f"{cpu[s.policy]:,.0f}",
     }
+    if any(s.reserved_fees for s in summaries):  # where a reservation was bought: what the span cost with its fee
+        rows = {"total": rows.pop("total"), **_fee_rows(), **rows}
     for label, cell in rows.items():
         table.add_row(label, *(cell(s) for s in summaries))
     err.print(table)
@@ -324,6 +326,11 @@ def _print_gaps(summary, path: Path, err: Console, top: int = 3) -> None:
                   f"{g.on_demand_cost:,.2f}, {g.preemptions} reclaim(s){speed}", highlight=False)
 
 
+def _fee_rows() -> dict:
+    return {"reserved fees (amortized)": lambda s: f"{s.reserved_fees:,}",
+            "total with the fees": lambda s: f"{s.amortized_cost:,}"}
+
+
 def _bound_rows(summary) -> list[tuple[str, str]]:
     """The lower bound at the estimates and at the jobs' simulated true speeds, each with the bill over it."""
     rows = []
@@ -349,6 +356,7 @@ def _print_fair_score(summary, err: Console) -> None:
     table.add_column(cur, justify="right")
     rows = [
         ("total", f"{summary.total_cost:,}"),
+        *((label, cell(summary)) for label, cell in _fee_rows().items() if summary.reserved_fees),
         ("work done on time", f"{f.cost_completed_on_time:,}"),
         ("work failed, late or unfinished", f"{f.cost_failed_or_late:,}"),
         ("idle machines", f"{f.cost_idle:,}"),

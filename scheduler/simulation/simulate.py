@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from providers.catalog import load_catalog
 from providers.registry import build_sandbox
+from scheduler.accounting.reservations import pools_for
 from scheduler.clock import SimClock
 from scheduler.errors import JobFileError
 from scheduler.lifecycle import service
@@ -98,6 +99,12 @@ class SimSummary(Frozen):
     lost_gpu_hours: Decimal
     idle_hours: Decimal
     cost_by_capacity: dict[str, Decimal]
+    # The reservations' fees (``settings.reserved``) amortized over the simulated span, as the monthly report
+    # amortizes them: not in ``total_cost``, which prices a reserved hour at zero as the ledger does (the fee is
+    # paid whatever the scheduler does); ``amortized_cost`` = both, what the span cost with the reservations
+    # bought, the figure to set against a run without them.
+    reserved_fees: Decimal = Decimal(0)
+    amortized_cost: Decimal | None = None
     fair_score: FairScore
     simulated_days: float
     ticks: int
@@ -199,9 +206,9 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             gaps = (job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor,
                              true_speed_bound=true_bound.jobs if true_bound is not None else None)
                     if bound is not None else [])
-        summary = _summarise(store, settings, policy, seed, len(subs), rejected, clock.now() - subs[0].at,
-                             ticks, time.perf_counter() - wall0, lower_bound, true_bound, agents, ctx, score,
-                             explained, gaps, billed)
+        summary = _summarise(store, settings, policy, seed, len(subs), rejected, subs[0].at,
+                             clock.now() - subs[0].at, ticks, time.perf_counter() - wall0, lower_bound,
+                             true_bound, agents, ctx, score, explained, gaps, billed)
         store.dispose()
     return summary
 
@@ -260,13 +267,15 @@ _FIRST_STOP_AFTER = select(func.min(InstanceRow.stopped_at)).where(
 
 
 def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int, rejected: int,
-               span: timedelta, ticks: int, wall: float, lower_bound: Money | None,
+               start: datetime, span: timedelta, ticks: int, wall: float, lower_bound: Money | None,
                true_bound: LowerBound | None, agents: SimAgents,
                ctx: TickContext, score: FairScore, explained: Sequence[JobResult],
                gaps: Sequence[JobGap], billed: Bills) -> SimSummary:
     """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory. The
     bill's figures are ``billed``'s (``fair_score.bills``), the one read of the cost records."""
     cur = settings.report_currency
+    total = _cents(cur, sum(billed.by_capacity.values(), Decimal(0)))
+    fees = reserved_fees(settings, start, start + span)
     with store.session(write=False) as s:
         states: dict[str, int] = {}
         misses = interruptions = 0
@@ -281,7 +290,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         policy=policy, seed=seed, jobs=n, rejected=rejected,
         succeeded=states.get("succeeded", 0), failed=states.get("failed", 0),
         unfinished=sum(k for state, k in states.items() if state not in ("succeeded", "failed", "cancelled")),
-        currency=cur, total_cost=_cents(cur, sum(billed.by_capacity.values(), Decimal(0))),
+        currency=cur, total_cost=total, reserved_fees=fees, amortized_cost=total + fees,
         on_demand_equivalent_cost=_cents(cur, billed.on_demand_equivalent),
         lower_bound_cost=lower_bound.quantize().amount if lower_bound is not None else None,
         lower_bound_true_speed_cost=true_bound.total.quantize().amount if true_bound is not None else None,
@@ -293,6 +302,14 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         simulated_days=round(span.total_seconds() / 86400, 2), ticks=ticks, wall_seconds=round(wall, 2),
         settings=changed_settings(settings),
     )
+
+
+def reserved_fees(settings: Settings, start: datetime, end: datetime) -> Decimal:
+    """The fees of ``settings.reserved`` amortized over [start, end), in the report currency, to the cent (the
+    monthly report's rule, ``accounting.reservations``: an upfront fee spread over its term's hours, a monthly
+    fee over its month's); zero where no reservation has a fee."""
+    pools = pools_for(settings.reserved, start, end, settings.report_currency, settings.fx)
+    return _cents(settings.report_currency, sum((pool.fee for pool in pools.values()), Decimal(0)))
 
 
 def changed_settings(settings: Settings) -> dict[str, str]:

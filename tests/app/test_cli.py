@@ -206,6 +206,16 @@ def test_simulate_asks_what_if_the_daemon_had_another_setting(tmp_path):
     assert before["settings"] == {} and after["settings"] == {"idle_stop_minutes": "120"}
     assert float(after["idle_hours"]) > float(before["idle_hours"])
     assert "idle_stop_minutes=120" in warm.stderr and "away from their defaults" not in default.stderr
+    # A reservation bought: its fee, amortized over the simulated span, beside the bill and added to it.
+    reservation = ('[{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-c4g1.xlarge", '
+                   '"count": 1, "start": "2026-11-02T01:00:00Z", "until": "2026-11-02T02:00:00Z", '
+                   '"upfront_fee": "12.34 CNY"}]')
+    bought = gpusched(*base, "--set", f"reserved={reservation}")
+    assert bought.returncode == 0, bought.stderr
+    fee = json.loads(bought.stdout)
+    assert fee["reserved_fees"] == "12.34" and before["reserved_fees"] == "0.00"
+    assert "reserved fees (amortized)" in bought.stderr and "total with the fees" in bought.stderr
+    assert "reserved fees" not in default.stderr
     # A bad value is one line naming the setting (the unknown keys: tests/simulation/test_compare.py).
     r = gpusched(*base, "--set", "idle_stop_minutes=-1")
     assert r.returncode != 0 and "GPUSCHED_IDLE_STOP_MINUTES" in r.stderr and "Traceback" not in r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,26 @@ def test_the_bound_is_solved_on_what_the_simulated_daemon_has(tmp_path: Path) ->
     assert run.deadline_misses == 0 and run.failed == 0
     # The reserved machines ran the work: the bill (reserved hours free at the margin) is below the plain run's.
     assert run.total_cost < run_policy(trace, "gpusched", 3, 60.0, plain).summary.total_cost
+
+
+def test_a_reservation_fee_is_amortized_over_the_simulated_span_beside_the_bill(tmp_path: Path) -> None:
+    """The bill prices reserved hours at zero (the ledger's rule); the fee is reported beside it, amortized as the
+    monthly report amortizes it, so "should we buy this reservation" is the amortized cost against a run without."""
+    trace = small_trace(tmp_path)  # submissions from 01:00 UTC on 2 November
+    inside = ('{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-c4g1.xlarge", '
+              '"count": 1, "start": "2026-11-02T01:00:00Z", "until": "2026-11-02T02:00:00Z", '
+              '"upfront_fee": "12.34 CNY"}')
+    # Six months at 1,000 CNY a month, all of November inside them: of the month, the span's hours' share.
+    longer = ('{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-c4g1.xlarge", '
+              '"count": 1, "start": "2026-10-01T00:00:00Z", "until": "2027-04-01T00:00:00Z", '
+              '"monthly_fee": "1000 CNY"}')
+    for terms, expected in ((f"[{inside}]", lambda days: Decimal("12.34")),  # a term wholly inside: all of it
+                            (f"[{longer}]", lambda days: Decimal(1000) * Decimal(days) / 30)):
+        what_if = what_if_of([f"reserved={terms}"])
+        run = run_policy(trace, "gpusched", 3, 60.0, solve_bound(load_month(trace), sim_settings(3, 60.0, what_if)),
+                         what_if=what_if).summary
+        # simulated_days is rounded to 0.01 day: 0.005 day either way is 0.17 CNY of a 33.33 CNY day.
+        assert abs(run.reserved_fees - expected(run.simulated_days)) <= Decimal("0.17")
+        assert run.amortized_cost == run.total_cost + run.reserved_fees
+    plain = run_policy(trace, "gpusched", 3, 60.0, solve_bound(load_month(trace), sim_settings(3, 60.0))).summary
+    assert plain.reserved_fees == 0 and plain.amortized_cost == plain.total_cost
