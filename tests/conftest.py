@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,11 @@ from sqlalchemy.exc import NoSuchModuleError, OperationalError
 from scheduler.clock import SimClock
 from scheduler.store.database import Store, parse_url
 from scheduler.store.tables import Base
+
+# pytest-xdist's workers start with COLUMNS=80 set, and the CLI's consoles (made at import) would fix that width
+# before a test's CliRunner sets its own COLUMNS: without it they read the width when they print, as in one process.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 PG_URL = os.environ.get("GPUSCHED_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SIM_START = datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)  # a Monday, 09:00 in Beijing
@@ -97,3 +103,19 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     if report.skipped and os.environ.get("GPUSCHED_REQUIRE_DEPS") and isinstance(collector, pytest.Module):
         report.outcome = "failed"
         report.longrepr = f"required in CI, skipped at import: {report.longrepr}"
+
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test id per schemathesis operation. ``schema.parametrize()`` names each item after its operation
+    (``test_x[GET /v1/jobs]``), but pytest 9 builds an item's id from its parametrization, which these items
+    lack, so all 23 had the function's id; pytest-xdist tells tests apart by id, and under ``--dist loadfile``
+    (scripts/test) one of them ran for all. The operation goes into the id's brackets, where pytest keeps it."""
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if type(item).__name__ == "SchemathesisFunction" and label and not item.nodeid.endswith("]"):
+            item._id = item._id.with_params(label)  # pytest's NodeId (no public setter)
+    # Two tests with one id would run as one under xdist, silently: refuse to run rather than lose tests.
+    shared = sorted(nodeid for nodeid, n in Counter(item.nodeid for item in items).items() if n > 1)
+    if shared:
+        raise pytest.UsageError(f"tests share an id (give each its own; xdist would run one): {shared[:5]}")

@@ -207,7 +207,8 @@ def test_a_killed_process_not_yet_reaped_counts_as_dead() -> None:
     f"{socket.gethostname()}:999999:0a1b2c3d:1",  # nor in another pid namespace
     f"{socket.gethostname()}:999999:0a1b2c3d:-",  # nor where the namespace is unknown
     "daemon-a",
-])
+], ids=["this-process", "another-host", "another-pid-namespace", "unknown-namespace", "no-pid"])  # no pid in an id:
+# parallel workers (pytest -n) must collect the same tests
 def test_a_holder_that_cannot_be_known_dead_is_not(holder: str) -> None:
     assert not died_here(holder)
 
