@@ -129,7 +129,8 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
         workers: int = typer.Option(0, min=0, help="processes for several policies (0: one per core, at most 4)"),
         set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE",
                                        help="what if the daemon had this setting (over GPUSCHED_* from the "
-                                       f"environment): {', '.join(WHAT_IF_SETTINGS)}; repeat for several"),
+                                       f"environment): {', '.join(WHAT_IF_SETTINGS)}; repeat for several. "
+                                       "A reservation's fee is amortized over the run: reserved_fees, amortized_cost"),
         progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                                 help="a progress bar on stderr [default: when stderr is a terminal]"),
     ) -> None:
