@@ -23,6 +23,7 @@ from pathlib import Path
 
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
+from scheduler.lifecycle.fleet import reserved_offer
 from scheduler.logs import configure_logging
 from scheduler.settings import WHAT_IF_SETTINGS, Settings, load_settings
 from scheduler.simulation.lower_bound import LowerBound, lower_bound
@@ -81,9 +82,21 @@ def what_if_of(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | None = None) -> Settings:
-    """The simulated daemon's settings: GPUSCHED_* from the environment (no .env), ``what_if`` over them."""
-    return load_settings(_env_file=None, **{**(what_if or {}), "cluster": "sim", "sandbox_seed": seed,
-                                            "tick_seconds": tick_seconds})
+    """The simulated daemon's settings: GPUSCHED_* from the environment (no .env), ``what_if`` over them.
+
+    A reservation must match an offer of the simulated clouds: the daemon only logs one that does not and
+    never launches it, which in a what-if would charge its fee for machines that never run (a typo in an
+    instance type answering "should we buy it" with a fee and no use)."""
+    settings = load_settings(_env_file=None, **{**(what_if or {}), "cluster": "sim", "sandbox_seed": seed,
+                                                "tick_seconds": tick_seconds})
+    offers = [o for o in load_catalog() if o.provider in settings.providers]
+    for res in settings.reserved:
+        if reserved_offer(res, offers) is None:
+            where = f"{res.provider} {res.region}" + (f" {res.zone}" if res.zone else "")
+            raise UserError(f"reserved capacity {where} {res.instance_type} matches no offer of the simulated "
+                            f"clouds ({', '.join(settings.providers)})",
+                            fix="use a provider, region and instance type that `gpusched offers` lists")
+    return settings
 
 
 def bound_solver(month: Month, settings: Settings) -> Callable[[Speed | None], LowerBound]:

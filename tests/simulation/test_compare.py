@@ -177,3 +177,16 @@ def test_a_reservation_fee_is_amortized_over_the_simulated_span_beside_the_bill(
         assert run.amortized_cost == run.total_cost + run.reserved_fees
     plain = run_policy(trace, "gpusched", 3, 60.0, solve_bound(load_month(trace), sim_settings(3, 60.0))).summary
     assert plain.reserved_fees == 0 and plain.amortized_cost == plain.total_cost
+
+
+@pytest.mark.parametrize(("reservation", "also"), [
+    ('{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-typo", "count": 1, '
+     '"until": "2027-01-01T00:00:00Z"}', []),  # no such instance type
+    ('{"provider": "alibaba", "region": "cn-hangzhou", "instance_type": "ecs.gn6i-c4g1.xlarge", "count": 1, '
+     '"until": "2027-01-01T00:00:00Z"}', ["providers=aws,tencent"]),  # a cloud the simulated daemon lacks
+])
+def test_a_reservation_that_matches_no_simulated_offer_is_refused(reservation: str, also: list[str]) -> None:
+    """The daemon logs such a reservation and never launches it: a what-if would charge its fee for nothing."""
+    with pytest.raises(UserError, match="matches no offer of the simulated clouds") as err:
+        sim_settings(3, 60.0, what_if_of([f"reserved=[{reservation}]", *also]))
+    assert "gpusched offers" in (err.value.fix or "")
