@@ -1,7 +1,7 @@
 """Where a simulated month's CPU goes, phase by phase of the tick (issue 17, item 4: the simulator's speed).
 
 Usage:  .venv/bin/python benchmarks/tick_phases.py [--trace FILE] [--jobs 1000] [--policy gpusched]
-                                                   [--seed 1] [--tick-seconds 60]
+                                                   [--seed 1] [--tick-seconds 60] [--by-library]
 
 Runs ``gpusched simulate`` (no lower bound) over the first N jobs of a trace (default: the stress month),
 timing each phase of ``lifecycle.tick`` and the simulator's own steps (the simulated agents, the event
@@ -12,13 +12,21 @@ The phases are wrapped where the tick and the simulator look them up (module att
 the same as ``gpusched simulate``'s with a timer around each call: the summary line says so (cost, ticks).
 A call that wrote nothing only asked whether anything had happened: the share of the CPU those calls take
 is what a tick that visits only what changed would save.
+
+``--by-library``: instead of the phases, where the CPU goes by library: cProfile's own time per function,
+summed by the package its file is in (SQLAlchemy by module, ours by package, SQLite's C calls apart).
+cProfile's cost per call inflates code made of many small calls (the ORM is): read the shares as an order,
+not as the seconds each part would take without the profiler.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,12 +99,17 @@ def main() -> None:
     ap.add_argument("--policy", default="gpusched")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tick-seconds", type=float, default=60.0)
+    ap.add_argument("--by-library", action="store_true", help="where the CPU goes by library (cProfile)")
     args = ap.parse_args()
     configure_logging("console", "warning")
     entries, market = load_trace_market(args.trace)
     entries = entries[: args.jobs] if args.jobs else entries
     subs = [simulate.Submission(at=e.at, job=e.job, source=f"{args.trace.name}:{i + 1}") for i, e in enumerate(entries)]
 
+    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=args.seed, tick_seconds=args.tick_seconds)
+    if args.by_library:
+        by_library(subs, args.policy, args.seed, settings, market)
+        return
     meter = Meter()
     store_init = Store.__init__
 
@@ -113,7 +126,6 @@ def main() -> None:
     meter.wrap(simulate, "_next_event", "simulator: next event")
     meter.wrap(simulate.service, "submit", "simulator: submit")
 
-    settings = Settings(_env_file=None, cluster="sim", sandbox_seed=args.seed, tick_seconds=args.tick_seconds)
     cpu0 = time.process_time()
     summary = simulate.simulate(subs, policy=args.policy, seed=args.seed, settings=settings, market=market)
     cpu = time.process_time() - cpu0
@@ -135,6 +147,42 @@ def main() -> None:
                       "phases": {k: {"calls": p.calls, "cpu_seconds": round(p.cpu, 3), "statements": p.statements,
                                      "no_write_calls": p.idle_calls, "no_write_cpu_seconds": round(p.idle_cpu, 3)}
                                  for k, p in meter.phases.items()}}))
+
+
+def by_library(subs: list, policy: str, seed: int, settings: Settings, market: Any, top: int = 25) -> None:
+    profile = cProfile.Profile()
+    profile.enable()
+    summary = simulate.simulate(subs, policy=policy, seed=seed, settings=settings, market=market)
+    profile.disable()
+    own: dict[str, float] = defaultdict(float)
+    for (path, _line, name), (_cc, _nc, tottime, _ct, _callers) in pstats.Stats(profile).stats.items():
+        own[_where(path, name)] += tottime
+    total = sum(own.values())
+    libraries: dict[str, float] = defaultdict(float)
+    for group, seconds in own.items():
+        libraries[group.split(".")[0]] += seconds
+    print(f"{len(subs)} jobs, {summary.ticks:,} ticks, {summary.total_cost} {summary.currency}; "
+          f"{total:.1f} s under the profiler")
+    ranked = sorted(libraries.items(), key=lambda kv: -kv[1])
+    print("by library: " + ", ".join(f"{k} {v / total:.1%}" for k, v in ranked))
+    for group, seconds in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{group:40} {seconds:8.2f} {seconds / total:7.1%}")
+
+
+def _where(path: str, name: str) -> str:
+    """The group a function's own time counts in: its library (SQLAlchemy by module), our package, or SQLite's C."""
+    if path.startswith("~") or path == "<built-in>":
+        return "sqlite3 (C)" if "sqlite3" in name else "builtins"
+    if "/sqlalchemy/" in path:
+        return "sqlalchemy." + path.split("/sqlalchemy/")[1].rsplit(".", 1)[0].replace("/", ".")
+    for ours in ("scheduler", "providers"):
+        marker = f"{ROOT}/{ours}/"
+        if path.startswith(marker):
+            rest = path[len(marker):].split("/")
+            return f"{ours}.{rest[0].removesuffix('.py')}" if ours == "scheduler" else ours
+    if "site-packages/" in path:
+        return path.split("site-packages/")[1].split("/")[0].removesuffix(".py")
+    return "standard library"
 
 
 if __name__ == "__main__":
