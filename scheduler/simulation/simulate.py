@@ -103,8 +103,8 @@ class SimSummary(Frozen):
     # amortizes them: not in ``total_cost``, which prices a reserved hour at zero as the ledger does (the fee is
     # paid whatever the scheduler does); ``amortized_cost`` = both, what the span cost with the reservations
     # bought, the figure to set against a run without them.
-    reserved_fees: Decimal = Decimal(0)
-    amortized_cost: Decimal | None = None
+    reserved_fees: Decimal
+    amortized_cost: Decimal
     fair_score: FairScore
     simulated_days: float
     ticks: int
