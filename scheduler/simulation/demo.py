@@ -83,8 +83,9 @@ class DemoResult:
     idle_stops: int
     spend: Money
     on_demand_equivalent: Money  # the paid (non-reserved) hours at on-demand prices
-    reserved_hours: Decimal
-    reserved_value: Money  # those prepaid hours at on-demand prices
+    reserved_hours: Decimal  # reserved machines up (prepaid, so up whether busy or not)
+    reserved_busy_hours: Decimal  # of those, the hours they ran a job
+    reserved_busy_value: Money  # those busy hours at on-demand prices
     sim_span: timedelta
     wall_seconds: float
     ticks: int
@@ -377,14 +378,17 @@ def _summarise(store: Store, settings: Settings, out_dir: Path, paths: dict, sim
         od = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in paid), cur, fx)
         reserved = [c for c in costs if c.capacity == Capacity.reserved.value]
         reserved_hours = sum((c.hours for c in reserved), Decimal(0))
-        reserved_value = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in reserved), cur, fx)
+        # Only the hours a reserved machine ran a job are worth anything: the others it waited, prepaid.
+        busy = [c for c in reserved if c.job_id is not None]
+        reserved_busy = total((Money(amount=c.on_demand_amount, currency=c.currency) for c in busy), cur, fx)
         resumed = [a.start_epoch for a in attempts if a.number > 1 and a.start_epoch > 0]
         return DemoResult(
             out_dir=out_dir, report_paths=paths, jobs=len(jobs),
             succeeded=sum(1 for j in jobs if j.state == JobState.succeeded.value),
             preemptions=sum(j.preemptions for j in jobs), resumed_from_epochs=resumed,
             idle_stops=idle_stops, spend=spend, on_demand_equivalent=od, sim_span=sim_span,
-            reserved_hours=reserved_hours, reserved_value=reserved_value,
+            reserved_hours=reserved_hours, reserved_busy_hours=sum((c.hours for c in busy), Decimal(0)),
+            reserved_busy_value=reserved_busy,
             wall_seconds=wall, ticks=ticks, rows=rows,
         )
 
@@ -414,8 +418,8 @@ def _print_summary(console: Console, r: DemoResult) -> None:
         f"({r.ticks} ticks, {r.wall_seconds:.1f} s wall)\n"
         f"spend {r.spend}; the same hours on-demand {r.on_demand_equivalent}; "
         f"saved {saved} ({pct:.0f}%)\n"
-        f"prepaid reserved machines ran {r.reserved_hours:.1f} h (worth {r.reserved_value} on-demand, "
-        f"already paid, not counted as savings above)\n"
+        f"prepaid reserved machines were up {r.reserved_hours:.1f} h, {r.reserved_busy_hours:.1f} h of it running "
+        f"jobs (worth {r.reserved_busy_value} at on-demand prices; already paid, not counted as savings above)\n"
         f"{_reservation_line(r.report)}"
         f"spot preemptions {r.preemptions}, resumed from epoch(s) {r.resumed_from_epochs or '-'}; "
         f"idle machines stopped {r.idle_stops}"

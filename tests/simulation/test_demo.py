@@ -57,6 +57,9 @@ def test_spend_is_exact_and_below_on_demand(demo):
         by_job[a.job_id] = a
     assert {j.team for j in jobs} == {"vision-qa", "retail-ai", "traffic-ops"}
     assert result.reserved_hours > Decimal(0)
+    # The summary's busy reserved hours are the report's (a reserved machine up without a job is prepaid idle).
+    assert result.report is not None
+    assert Decimal(0) < result.reserved_busy_hours == result.report.reserved_busy_hours < result.reserved_hours
 
 
 def test_report_files_and_summary(demo):
