@@ -52,7 +52,7 @@ WEBHOOK_SERVICES = ("slack", "dingtalk", "wecom", "feishu")
 # simulation's summary (``simulation.simulate.changed_settings``).
 # Not the rest: the simulator sets the store, cluster, seed and tick itself, and the others (the API, reports,
 # mail, secrets) change nothing a simulated month decides or bills. Reserved capacity is free at the margin
-# in a simulated bill, as in the ledger: its fee is the report's (``accounting/reservations.py``), not here.
+# in a simulated bill, as in the ledger; its fee, amortized as the report does, is the summary's ``reserved_fees``.
 WHAT_IF_SETTINGS = ("providers", "reserved", "idle_stop_minutes", "launch_grace_seconds", "agent_silence_minutes",
                     "stopped_retention_hours", "team_budgets", "budget_at_limit", "report_currency", "fx_usd_cny")
 

@@ -105,7 +105,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
         report.longrepr = f"required in CI, skipped at import: {report.longrepr}"
 
 
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test id per schemathesis operation. ``schema.parametrize()`` names each item after its operation
     (``test_x[GET /v1/jobs]``), but pytest 9 builds an item's id from its parametrization, which these items

@@ -25,6 +25,7 @@ from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.lifecycle.fleet import reserved_offer
 from scheduler.logs import configure_logging
+from scheduler.models import Offer
 from scheduler.settings import WHAT_IF_SETTINGS, Settings, load_settings
 from scheduler.simulation.lower_bound import LowerBound, lower_bound
 from scheduler.simulation.market import MarketSpec
@@ -89,7 +90,7 @@ def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | No
     instance type answering "should we buy it" with a fee and no use)."""
     settings = load_settings(_env_file=None, **{**(what_if or {}), "cluster": "sim", "sandbox_seed": seed,
                                                 "tick_seconds": tick_seconds})
-    offers = [o for o in load_catalog() if o.provider in settings.providers]
+    offers = sim_offers(settings) if settings.reserved else []  # the catalog is read only to check them
     for res in settings.reserved:
         if reserved_offer(res, offers) is None:
             where = f"{res.provider} {res.region}" + (f" {res.zone}" if res.zone else "")
@@ -99,10 +100,15 @@ def sim_settings(seed: int, tick_seconds: float, what_if: Mapping[str, str] | No
     return settings
 
 
+def sim_offers(settings: Settings) -> list[Offer]:
+    """The catalog's offers of the clouds the simulated daemon has (``settings.providers``)."""
+    return [o for o in load_catalog() if o.provider in settings.providers]
+
+
 def bound_solver(month: Month, settings: Settings) -> Callable[[Speed | None], LowerBound]:
     """``lower_bound`` over the month on what the simulated daemon has (its clouds' offers, its reserved
     capacity, in the summary's currency), at the given speeds (None: the estimates)."""
-    offers = [o for o in load_catalog() if o.provider in settings.providers]
+    offers = sim_offers(settings)
 
     def solve(speed: Speed | None) -> LowerBound:
         return lower_bound(month.entries, offers, currency=settings.report_currency, fx=settings.fx,
