@@ -346,6 +346,7 @@ class CandidateBook:
         # 0.00 from -0.00 as the Money prints.
         self._money: dict[int | str, Money] = {}
         self._more: dict[int, str] = {}  # by cents
+        self._texts: dict[int, str] = {}  # ``money_text``, by cents
         self._matching: dict[Filter, list[list[Group]]] = {}
         self._rows: dict[tuple[Filter, int, int], Rows] = {}
         # ``plan._rows``: a job's rows by what its filter and kind are made from (making a Filter, and hashing
@@ -455,6 +456,17 @@ class CandidateBook:
         text = self._more.get(cents)
         if text is None:
             text = self._more[cents] = f"feasible; {self.money(s.cost - best.cost)} more"
+        return text
+
+    def money_text(self, cents: int, m: Money) -> str:
+        """``str(m)``, ``m`` being ``money_of(cents, ...)``'s Money (one per amount): made once per amount, as
+        costs repeat across jobs and ``Money.__str__`` (rounded, with thousands separators) costs as much as the
+        rest of a choice's reason. Not kept for 0 cents (0.00 and -0.00 print differently, as ``money`` says)."""
+        text = self._texts.get(cents) if cents else None
+        if text is None:
+            text = str(m)
+            if cents:
+                self._texts[cents] = text
         return text
 
     def money_of(self, cents: int, s: Costed) -> Money:

@@ -370,7 +370,8 @@ def _decide(p: _Planning, limit: int) -> tuple[Decision, int | None]:
         action: Action = "launch" if choice.source == "new" else "reuse"
         runners_up = p.ranking.distinct({first.member.shape}, limit)
         alternatives = tuple(p.option(pick, first) for pick in runners_up)
-        return (_decision(job, action, choice, alternatives, _choice_reason(choice, job, first.scored.timing)),
+        cost = p.book.money_text(first.scored.prefix.cents, choice.est_cost)
+        return (_decision(job, action, choice, alternatives, _choice_reason(choice, job, first.scored.timing, cost)),
                 first.scored.group.slot)
     alternatives = tuple(p.option(pick) for pick in p.ranking.distinct(set(), limit))
     if first.rank is _WAITING:  # only transient blockers stand in the way of the best
@@ -393,8 +394,9 @@ def _choice_why(s: Scored, job: PlanJob) -> str:
     return f"{what}; warm, no boot" if g.source == "warm" else what
 
 
-def _choice_reason(o: Option, job: PlanJob, t: Timing) -> str:
-    plan_text = "~%.1f h, ~%s, done by %s" % (o.est_hours, o.est_cost, _fmt_time(o.finish_by))  # as rank.fmt_time's
+def _choice_reason(o: Option, job: PlanJob, t: Timing, cost: str) -> str:
+    """``cost``: ``str(o.est_cost)`` (``CandidateBook.money_text``)."""
+    plan_text = "~%.1f h, ~%s, done by %s" % (o.est_hours, cost, _fmt_time(o.finish_by))  # as rank.fmt_time's
     if o.expected_interruptions >= 0.05:
         plan_text += ", ~%.1f spot interruptions expected" % o.expected_interruptions
     if o.source == "warm":
@@ -501,8 +503,7 @@ def _budget_refusal(p: _Planning, over: list[Scored]) -> str:
     job, fx = p.job, p.book.policy.fx
     budget = job.spec.policy.budget
     assert budget is not None
-    total, _key, (s, _mem, _rank) = min((s.budget_total, *s.best()) for s in over)
-    assert total is not None
+    total, _key, (s, _mem, _rank) = min((p.scorer.budget_total(s), *s.best()) for s in over)
     cost = fx.convert(p.book.money(s.cost), budget.currency)
     spent = f" plus {fx.convert(job.spent, budget.currency)} already spent" if job.spent else ""
     need = total.to_integral_value(rounding=ROUND_CEILING)
@@ -582,14 +583,17 @@ def _relaxation_hints(p: _Planning) -> list[str]:
 # --- formatting -------------------------------------------------------------------
 
 
+# A capacity's text is its ``str()``, its value (a ``StrEnum``), without ``Enum.value``'s Python-level property.
+
+
 def _label(o: Option) -> str:
-    return f"{o.provider} {o.instance_type} {o.capacity.value} in {o.zone}"
+    return "%s %s %s in %s" % (o.provider, o.instance_type, o.capacity, o.zone)
 
 
 def _pick_label(g: Group, mem: Member) -> str:
     """``_label`` of the option a candidate would make, without making it."""
     offer = mem.offer
-    return f"{offer.provider} {offer.instance_type} {g.capacity.value} in {offer.zone}"
+    return "%s %s %s in %s" % (offer.provider, offer.instance_type, g.capacity, offer.zone)
 
 
 def _ceil_minute(dt: datetime) -> datetime:

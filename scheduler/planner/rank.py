@@ -224,8 +224,7 @@ class Scored:
     prefix: Prefix
     # Most groups of most jobs keep these defaults (``Scorer._score`` sets the rest).
     reservation: bool = False  # the reservation ends before the expected finish
-    budget_total: Decimal | None = None  # cost + spent, budget currency (when the job has a budget)
-    over_budget: bool = False
+    over_budget: bool = False  # its cost plus what the job spent is over the job's budget (``Scorer.budget_total``)
     structural: bool = False  # a blocker waiting cannot clear
     avoided: frozenset[Member] = frozenset()  # members the job avoids (recently out of capacity)
     taken_by: str | None = None  # fleet slot held for another job
@@ -266,8 +265,8 @@ class Scored:
                                               "before the expected finish"))
         budget = sc.job.spec.policy.budget
         if self.over_budget:
-            assert budget is not None and self.budget_total is not None
-            total = Money(amount=self.budget_total, currency=budget.currency)
+            assert budget is not None
+            total = Money(amount=sc.budget_total(self), currency=budget.currency)
             out.append(Blocker("budget", f"over budget ({total} > {budget})"))
         return out
 
@@ -567,25 +566,31 @@ class Scorer:
         total = c * self._budget_rate  # type: ignore[operator]  # set in __init__ whenever _budget is (only then called)
         return total if self._spent is None else total + self._spent
 
+    def budget_total(self, s: Scored) -> Decimal:
+        """``s``'s cost plus what the job has spent, in the budget's currency (for a job with a budget): made only
+        for a text that shows it, as ``over_budget`` settles most groups from their cents."""
+        return self._budget_total(s.cost)
+
     def _score(self, g: Group, t: Timing, prefix: Prefix | None = None) -> Scored:
         """A group's cost and blockers, in full."""
         if prefix is None:
             prefix = _new(Prefix, (g.not_reserved, self.cents(g, t), g.not_warm, t.finish, g.provider, g.region))
         hourly = g.hourly.get(self._nodes) or self.book.hourly(g, self._nodes)
-        if g.slot is None and t.est_blocker is None and self._budget is None and g.until is None and not self.job.avoid:
-            # A new machine with no budget, avoiding nothing (most groups scored): late or not, what the steps
-            # below set, in one go.
+        if g.slot is None and t.est_blocker is None and g.until is None and not self.job.avoid:
+            # A new machine for a job that avoids nothing (most groups scored): late, over budget (its cents,
+            # as ``heap._add_entries`` reads them) or neither, what the steps below set, in one go.
             late = t.late is not None
-            return Scored(g, t, hourly, prefix, False, None, False, late, _NOTHING_AVOIDED, None,
-                          g.runs.blocked if late else g.runs.open, late)
+            over = self._budget is not None and self.over_budget(g, t, prefix.cents)
+            blocked = late or over
+            return Scored(g, t, hourly, prefix, False, over, blocked, _NOTHING_AVOIDED, None,
+                          g.runs.blocked if blocked else g.runs.open, late and not over)
         s = Scored(g, t, hourly, prefix)
         if t.est_blocker is not None:
             s.structural = True
         else:
             s.reservation = g.until is not None and t.finish > g.until
             if self._budget is not None:
-                s.budget_total = self._budget_total(s.cost)
-                s.over_budget = s.budget_total > self._budget.amount
+                s.over_budget = self.over_budget(g, t, prefix.cents)
             s.structural = t.late is not None or s.reservation or s.over_budget
             s.late_only = t.late is not None and not s.reservation and not s.over_budget
         if g.slot is not None:
@@ -594,12 +599,6 @@ class Scorer:
         elif self.job.avoid:
             s.avoided = frozenset(mem for mem in g.members if mem.avoid_key in self.job.avoid)
             s.late_only = s.late_only and not s.avoided
-        elif not s.structural:
-            s.runs = g.runs.open  # what ``_runs`` gives a new machine with no blocker: most groups scored
-            return s
-        elif t.est_blocker is None:
-            s.runs = g.runs.blocked  # what ``_runs`` gives a new machine with a blocker: most of the rest
-            return s
         s.runs = s._runs()
         return s
 

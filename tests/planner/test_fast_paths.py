@@ -5,8 +5,8 @@ above it; ``rank.float_cents`` gives its whole cents where floats settle them; `
 stands in for ``timedelta(hours=h)``; a deadline moved into ``now``'s zone object
 (``CandidateBook.in_now_zone``) must plan as the deadline it was; ``plan._soonest``, making only the timings
 whose float estimate (``heap.Ranking.needs``) is near the least, must find the soonest deadline computing
-every ``Timing.needed`` finds; Money made without validation, and texts formatted with ``%``, must be what
-the validated model and the format specs give.
+every ``Timing.needed`` finds; Money made without validation, and texts formatted with ``%`` or kept by
+amount, must be what the validated model and the format specs give.
 """
 
 from __future__ import annotations
@@ -106,29 +106,39 @@ def test_the_budget_screen_says_what_the_decimals_say() -> None:
 
 
 def test_a_new_machine_scored_in_one_go_is_what_the_general_steps_give() -> None:
-    """``Scorer._score`` scores a new machine of a job with no budget that avoids nothing in one go: its runs are
-    what ``Scored._runs`` works out, and its blockers only the timing's, late or not."""
+    """``Scorer._score`` scores a new machine of a job that avoids nothing in one go: its runs are what
+    ``Scored._runs`` works out, its blockers only the timing's and the budget's, and over budget where the
+    Decimal total (``Scorer.budget_total``, its cost plus what was spent) is over the budget, late or not; jobs
+    with and without budgets, some with money spent."""
     entries = load_trace(STRESS)[:200]
     offers = market(300)
     now = max(e.at for e in entries)
     book = CandidateBook(offers, [], now, PlannerPolicy(), None)
-    late = checked = 0
+    late = over = checked = 0
     for i, e in enumerate(entries):
+        budget = e.job.policy.budget if i % 3 else None
+        if budget is not None and i % 4 == 0:  # a budget some of its options are over
+            budget = budget.model_copy(update={"amount": budget.amount / 8})
+        spent = Money(amount=Decimal(i % 7) * 3, currency="CNY") if i % 5 == 0 else None
         job = PlanJob(id=f"j{i}", spec=e.job.model_copy(update={"policy": e.job.policy.model_copy(
-            update={"budget": None})}), submitted_at=now - timedelta(hours=i % 30), deadline_at=None)
+            update={"budget": budget})}), submitted_at=now - timedelta(hours=i % 30), deadline_at=None, spent=spent)
         job = job.model_copy(update={"deadline_at": job.spec.deadline_at(job.submitted_at)})
         p = _Planning(job, book)
+        sc = p.scorer
         for t, groups in p.ranking.bundles:
             for g in groups:
                 if t.est_blocker is not None:
                     continue
-                s = p.scorer._score(g, t)
-                assert (s.structural, s.late_only, s.reservation, s.over_budget, s.budget_total, s.avoided,
-                        s.taken_by) == (t.late is not None, t.late is not None, False, False, None, frozenset(), None)
+                s = sc._score(g, t)
+                is_over = sc._budget is not None and sc.budget_total(s) > sc._budget.amount
+                assert (s.structural, s.late_only, s.reservation, s.over_budget, s.avoided, s.taken_by) == (
+                    t.late is not None or is_over, t.late is not None and not is_over, False, is_over, frozenset(),
+                    None)
                 assert s.runs == s._runs()
-                late += s.structural
+                late += t.late is not None
+                over += is_over
                 checked += 1
-    assert checked > 1000 and 0 < late < checked, (checked, late)
+    assert checked > 1000 and 0 < late < checked and 0 < over < checked, (checked, late, over)
 
 
 def test_the_books_money_is_the_validated_money() -> None:
@@ -142,6 +152,24 @@ def test_the_books_money_is_the_validated_money() -> None:
         assert str(made) == str(validated) and hash(made) == hash(validated) and made.amount is amount
         assert made.model_fields_set == validated.model_fields_set
         assert made.model_copy(update={"currency": "CNY"}) == validated.model_copy(update={"currency": "CNY"})
+
+
+def test_a_kept_money_text_is_the_moneys_text() -> None:
+    """``CandidateBook.money_text`` (a choice's cost, kept by cents) is ``str`` of the Money ``money_of`` makes for
+    those cents, asked first or again, with thousands separators and for 0.00 and -0.00 alike; and a capacity's
+    ``%s`` (``plan._label``) is its value."""
+    book = CandidateBook([], [], datetime(2026, 12, 1, tzinfo=UTC), PlannerPolicy(currency="USD"), None)
+    for text in ("0.00", "-0.00", "0.01", "1.50", "12345678.91", "1234.00", "-3.20"):
+        amount = Decimal(text)
+        cents = int(amount * 100)
+
+        class Cost:
+            cost = amount
+
+        for _ in range(2):
+            made = book.money_of(cents, Cost())
+            assert book.money_text(cents, made) == str(Money(amount=amount, currency="USD")), text
+    assert ["%s" % c for c in Capacity] == [c.value for c in Capacity]
 
 
 def test_a_spot_placeholders_floor_is_never_above_the_spot_cost() -> None:
