@@ -34,7 +34,15 @@ from scheduler.planner.book import market_for
 from scheduler.planner.cost import changeover_hours
 from scheduler.planner.inputs import Measured, OwnRates, PlanJob, own_first
 from scheduler.planner.plan import plan, spot_allowed
-from scheduler.planner.spot_rule import GUARD, RuleInput, SpotState, decide, decide_all
+from scheduler.planner.spot_rule import (
+    GUARD,
+    KEEP_SPOT,
+    RuleDecision,
+    RuleInput,
+    SpotState,
+    decide,
+    decide_all,
+)
 from scheduler.states import (
     ATTEMPT_MOVES,
     AttemptState,
@@ -61,6 +69,9 @@ class SpotWatch:
     run_h: float = 0.0  # how long the current state (available or not) has lasted
     # The wait until the next decision that a move off spot allowed for (``next_decision_h``).
     left_spot_tick_h: float = 0.0
+    # When the rule must be asked about the job again (``look_again_by``) and the attempt that was worked out for:
+    # later ticks of that attempt, with less slack left, would put it no sooner, so it stands until it passes.
+    look_again_at: tuple[int, datetime] | None = None
 
     def update(self, now: datetime, available: bool) -> None:
         dt = max(0.0, (now - self.last).total_seconds() / 3600)
@@ -200,6 +211,7 @@ _STEERED = (
 
 
 def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
+    ctx.look_again_by = None
     if ctx.planner_policy().strategy != "gpusched":
         return  # the simulator's baselines do not steer
     offers = ctx.offers.by_key(ctx.providers, now)
@@ -213,6 +225,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).
         own_of = ctx.rates.own(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)], now)
         asked = []  # (job, spec, on spot, its own rates, the rule's input): decided on together below
+        watched = []  # the same for the jobs not decided on this tick: only when to look at them again
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
             if not steered(spec, policy.strategy):  # training with a deadline, by the query; auto, one node
@@ -223,17 +236,27 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             offer = offers.get(f"{job.provider}/{job.region}/{job.zone}/{job.instance_type}")
             if offer is None or offer.spot is None or offer.on_demand is None:
                 continue
-            _observe(ctx, job.id, offer, avoided, now)
-            if not _just_checkpointed(job, now, window_h):
-                continue  # a move happens only right after a checkpoint, losing no work: decide then
+            watch, _ = _observe(ctx, job.id, offer, avoided, now)
             on_spot = job.capacity == Capacity.spot.value
-            own = own_of.get(job.id, ())
+            # A move happens only right after a checkpoint, losing no work: decide then. The others are asked
+            # too, on the pooled rates alone, for when the rule must look at them again (``look_again_by``).
+            decide_now = _just_checkpointed(job, now, window_h)
+            if not decide_now and watch.look_again_at is not None:
+                attempt, at = watch.look_again_at
+                if attempt == job.number and at > now:
+                    _ask_again_at(ctx, at)
+                    continue
+            own = own_of.get(job.id, ()) if decide_now else ()
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now, own_first(measured, own))
             if inp is not None:
-                asked.append((job, spec, on_spot, own, inp))
-        moves = []
+                (asked if decide_now else watched).append((job, spec, on_spot, own, inp))
         decisions = decide_all([inp for *_, inp in asked])
+        for (job, spec, _, _, inp), decision in zip([*asked, *watched],
+                                                   [*decisions, *decide_all([inp for *_, inp in watched])],
+                                                   strict=True):
+            _ask_again(ctx, job, spec, now, inp, decision)
+        moves = []
         for (job, spec, on_spot, own, inp), decision in zip(asked, decisions, strict=True):
             target = decision.target
             if target is SpotState.idle:
@@ -253,6 +276,41 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             moves.append((job.id, job.inst_id, target, decision.reason))
     for job_id, inst_id, target, reason in moves:
         _move(ctx, now, job_id, inst_id, target, reason, report)
+
+
+def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, decision: RuleDecision, epoch_h: float,
+                  tick_h: float) -> datetime:
+    """The latest moment the rule must be asked about a job again for its next decision to be the one it would be
+    if it were asked every tick (``tick_h``: the daemon's own interval).
+
+    The rule decides right after a checkpoint (a move then loses no work), so by default: when the next one is due
+    (the last one and an epoch). On spot with room to spare it may wait longer: the rule keeps the job there while
+    the slack covers a changeover, the margin and the wait until it is asked again, which it forecasts as the wait
+    before (``RuleInput.tick_h``); asked again within half the slack beyond the changeover and the margin (a tick
+    less), a job that got nowhere meanwhile (slack spent an hour an hour, the worst case) still has the slack for
+    that wait. The daemon asks every tick anyway; a simulation, which jumps from event to event, must not jump past
+    this."""
+    if decision.branch == KEEP_SPOT.name:
+        free_h = inp.remaining_h - max(inp.compute_h - inp.progress_h, 0.0) - inp.changeover_h - inp.margin_h
+        wait_h = (free_h - tick_h) / 2  # a tick short of half: the rule's test is not decided by a rounding
+        if wait_h > tick_h:
+            return now + timedelta(hours=wait_h)
+    return max(now + timedelta(hours=tick_h), last_checkpoint + timedelta(hours=epoch_h))
+
+
+def _ask_again(ctx: TickContext, job, spec: JobSpec, now: datetime, inp: RuleInput, decision: RuleDecision) -> None:
+    """The job's ``look_again_by``, kept on its watch and in ``ctx.look_again_by`` where it is the tick's earliest."""
+    if spec.train is None or not spec.train.epochs:
+        return
+    at = look_again_by(now, utc(job.updated_at), inp, decision, inp.compute_h / spec.train.epochs,
+                       ctx.settings.tick_seconds / 3600)
+    ctx.spot_watch[job.id].look_again_at = (job.number, at)
+    _ask_again_at(ctx, at)
+
+
+def _ask_again_at(ctx: TickContext, at: datetime) -> None:
+    if ctx.look_again_by is None or at < ctx.look_again_by:
+        ctx.look_again_by = at
 
 
 def _just_checkpointed(job, now: datetime, window_h: float) -> bool:

@@ -6,7 +6,10 @@ spot reclaim rates) over a month of jobs. Time jumps from event to event (a
 submission, a boot, a job's end, a reclaim, an idle machine's stop time) instead
 of ticking through quiet hours, but never sooner than the daemon's own tick
 interval (``tick_seconds``) after the last tick: events closer together are handled
-in one tick, as the daemon would. The tick itself is unchanged. Policies are planner strategies,
+in one tick, as the daemon would. Nor past the moment the last tick asked to be
+followed by another (``TickContext.look_again_by``: the steering rule, which weighs
+a job's slack against its wait until the next decision, and must not be handed the
+length of a jump the daemon would never make). The tick itself is unchanged. Policies are planner strategies,
 so every policy shares one code path:
 
 * ``gpusched``: ours (the planner's own strategy, and warm time learned per kind of machine).
@@ -189,7 +192,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             with store.session(write=False) as s:  # one read transaction for both questions
                 if i >= len(subs) and not any(open_work(s)):
                     break
-                nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s, retire)
+                nxt = _next_event(now, subs[i].at if i < len(subs) else None, clouds, agents, s, retire,
+                                  ctx.look_again_by)
             clock.set(min(max(nxt, now + cadence), end))
         work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
                               currency=settings.report_currency, fx=settings.fx)
@@ -222,10 +226,12 @@ def open_work(s: Session) -> tuple[int, int]:
 
 
 def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents,
-                s: Session, retire: timedelta) -> datetime:
+                s: Session, retire: timedelta, look_again_by: datetime | None = None) -> datetime:
     times = [now + MAX_JUMP]
     if next_submission is not None:
         times.append(next_submission)
+    if look_again_by is not None:  # the tick asked for another by then (the steering rule's jobs on spot)
+        times.append(look_again_by)
     for cloud in clouds.values():
         t = cloud.next_event_after(now)
         if t is not None:

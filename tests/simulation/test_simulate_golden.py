@@ -14,8 +14,9 @@ deadline (ours 268.05 -> 268.33 CNY, 248 -> 244 ticks), and once when the steeri
 to read a job's own measured rates before its key's (ours 268.33 -> 269.32 CNY, no miss either way; skypilot-like
 the same), and once when the rule's guard began to ask the planner for a faster on-demand way out before leaving
 spot (ours 269.32 -> 268.94 CNY, 244 -> 240 ticks, its 1.13 CNY of on-demand gone, no miss; skypilot-like the
-same). Rewrite it only for a change meant to change outcomes:
-``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
+same), and once when the simulator stopped jumping past the moment the steering rule asked to be asked again
+(``TickContext.look_again_by``; ours 240 -> 244 ticks, nothing else). Rewrite it only for a change meant to change
+outcomes: ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
 """
 
 from __future__ import annotations
