@@ -98,6 +98,7 @@ def lower_bound(
     max_options: int | None = DEFAULT_MAX_OPTIONS,
     max_cells: int = DEFAULT_MAX_CELLS,
     speed: Callable[[int, str], float] | None = None,
+    reclaims: bool = False,
 ) -> LowerBound:
     """The least the trace could cost on ``offers`` under the capacity limits (see the module text).
 
@@ -110,6 +111,9 @@ def lower_bound(
     ``speed(i, gpu)``: how much longer (>1) or shorter than estimated entry ``i`` really runs on that GPU
     model, where a simulation knows it (``SimAgents.true_factor``): the bound at the jobs' true speeds.
     None prices the estimate's hours.
+
+    ``reclaims``: spot priced at the hours its expected reclaims take at each offer's rate
+    (``PricedCatalog.candidates``): what a policy pays there on average at best, not a bound on one run.
     """
     if bucket <= timedelta(0):
         raise UserError("the LP's time bucket must be positive", fix="e.g. bucket=timedelta(hours=1)")
@@ -122,7 +126,8 @@ def lower_bound(
     priced: list[PricedJob] = []
     results: dict[int, tuple[BoundOption | None, str | None]] = {}
     for i, entry in enumerate(entries):
-        options, why = catalog.candidates(entry.job, entry.at, None if speed is None else partial(speed, i))
+        options, why = catalog.candidates(entry.job, entry.at, None if speed is None else partial(speed, i),
+                                          reclaims=reclaims)
         results[i] = (options[0].option(currency) if options else None, why)
         if options:
             priced.append(priced_job(i, entry, options, pools, origin, open_h))

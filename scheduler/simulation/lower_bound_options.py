@@ -137,12 +137,17 @@ class PricedCatalog:
         options, why = self.candidates(spec, submitted_at)
         return JobOptions(options=tuple(c.option(self.currency) for c in options), why_not=why)
 
-    def candidates(self, spec: JobSpec, submitted_at: datetime,
-                   speed: Callable[[str], float] | None = None) -> tuple[list[Candidate], str | None]:
+    def candidates(self, spec: JobSpec, submitted_at: datetime, speed: Callable[[str], float] | None = None,
+                   *, reclaims: bool = False) -> tuple[list[Candidate], str | None]:
         """Every option the job may use, cheapest first, and why there are none when empty.
 
         ``speed``: per GPU model, how much longer (>1) or shorter (<1) than ``perf.estimate`` says the job
         really runs there; None takes the estimate as the truth.
+
+        ``reclaims``: a spot option costs the hours its expected reclaims make it take at the offer's rate
+        (``expected_spot_hours``), not the uninterrupted ones: the least any schedule pays *on average* there,
+        not the least it can pay (a run that happens not to be reclaimed pays less). Deadlines are still judged
+        on the uninterrupted hours.
         """
         deadline = spec.deadline_at(submitted_at)
         # What the job file allows, as it is. The planner narrows it (``plan._planner_capacities``); the
@@ -180,11 +185,16 @@ class PricedCatalog:
             if deadline is not None and finish > deadline:
                 continue
             hours_d = Decimal(repr(hours)) * nodes
+            factor = 1.0 if speed is None else speed(gpu)
             for x in group:
                 for cap, hourly, pool in x.prices:
                     if cap not in capacities:
                         continue
-                    cost = hourly * hours_d
+                    if reclaims and cap is Capacity.spot:
+                        billed = expected_spot_hours(est, factor, x.offer.spot_interruptions_per_hour * nodes)
+                        cost = hourly * Decimal(repr(billed)) * nodes
+                    else:
+                        cost = hourly * hours_d
                     if budget_cap is not None and cost > budget_cap:
                         if why.over_budget is None or cost < why.over_budget:
                             why.over_budget = cost
@@ -199,6 +209,21 @@ class PricedCatalog:
                         out.append(Candidate(Decimal(0), hours, x, Capacity.reserved, i))
         out.sort(key=Candidate.sort_key)
         return out, (None if out else _why_not(spec, submitted_at, deadline, why, self.currency))
+
+
+def expected_spot_hours(est: Estimate, speed: float, rate: float) -> float:
+    """The hours a run of ``est`` (``speed`` times slower than estimated) is expected to take on spot reclaimed
+    ``rate`` times an hour, boots and restarts left out.
+
+    The work goes in units that a reclaim loses whole while in progress: epochs, inference shards, or the whole
+    run for a job that starts over (val, export). Reclaims come at random (the sandbox draws each machine's from
+    an exponential law), so every unit of ``u`` hours takes (e^(rate u) - 1) / rate hours on average, however
+    many came before; the setup is counted once."""
+    setup = est.setup_hours * speed
+    work = max(est.hours * speed - setup, 0.0)
+    unit = est.epoch_hours * speed if est.epoch_hours and math.isfinite(est.epoch_hours) else work
+    x = rate * unit
+    return setup + (work * math.expm1(x) / x if x > 1e-12 else work)
 
 
 def _why_not(spec: JobSpec, at: datetime, deadline: datetime | None, why: _Rejections, currency: str) -> str:

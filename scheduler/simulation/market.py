@@ -47,6 +47,11 @@ class MarketSpec(Frozen):
                 return factor
         return self.reclaim_scale.get("*", 1.0)
 
+    def scaled(self, offers: list[Offer]) -> list[Offer]:
+        """``offers`` with their spot reclaim rates in this market (what the sandbox clouds publish and draw at)."""
+        return [o.model_copy(update={"spot_interruptions_per_hour": o.spot_interruptions_per_hour
+                                     * self.reclaim_factor(o)}) for o in offers]
+
     @property
     def is_catalog(self) -> bool:
         """Every market at the catalog's rate: nothing to write into a trace."""
