@@ -51,9 +51,9 @@ class TickContext:
     capacity_override: dict[str, str] = field(default_factory=dict)
     capacity_moved: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> (attempt a move launched, target)
     last_tick_at: datetime | None = None
-    # The latest moment the last tick asked to be followed by another (the steering rule, for a job on spot whose
-    # slack a longer wait would spend: ``steering.look_again_by``); None when nothing asked. The daemon ticks far
-    # more often; the simulator, which jumps from event to event, does not jump past it.
+    # The latest moment the last tick asked to be followed by another (the steering rule: when a job it watches is
+    # due to checkpoint, or is still safe on spot, ``steering.look_again_by``); None when nothing asked. The daemon
+    # ticks far more often; the simulator, which jumps from event to event, does not jump past it.
     look_again_by: datetime | None = None
     # Budget stops (``budget_stop``): (job, attempt) -> its progress when its team was first seen at the limit.
     budget_stop_seen: dict[tuple[str, int], int] = field(default_factory=dict)

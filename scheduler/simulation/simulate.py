@@ -9,8 +9,8 @@ interval (``tick_seconds``) after the last tick: events closer together are hand
 in one tick, as the daemon would. Nor past the moment the last tick asked to be
 followed by another (``TickContext.look_again_by``: the steering rule, which weighs
 a job's slack against its wait until the next decision, and must not be handed the
-length of a jump the daemon would never make). The tick itself is unchanged. Policies are planner strategies,
-so every policy shares one code path:
+length of a jump the daemon would never make). The tick itself is unchanged. Policies
+are planner strategies, so every policy shares one code path:
 
 * ``gpusched``: ours (the planner's own strategy, and warm time learned per kind of machine).
 * ``on-demand``: everything on-demand, cheapest fitting offer.
@@ -230,7 +230,7 @@ def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, a
     times = [now + MAX_JUMP]
     if next_submission is not None:
         times.append(next_submission)
-    if look_again_by is not None:  # the tick asked for another by then (the steering rule's jobs on spot)
+    if look_again_by is not None:  # the tick asked for another by then (the steering rule)
         times.append(look_again_by)
     for cloud in clouds.values():
         t = cloud.next_event_after(now)
