@@ -284,18 +284,22 @@ def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, deci
     if it were asked every tick (``tick_h``: the daemon's own interval).
 
     The rule decides right after a checkpoint (a move then loses no work), so by default: when the next one is due
-    (the last one and an epoch). On spot with room to spare it may wait longer: the rule keeps the job there while
-    the slack covers a changeover, the margin and the wait until it is asked again, which it forecasts as the wait
-    before (``RuleInput.tick_h``); asked again within half the slack beyond the changeover and the margin (a tick
-    less), a job that got nowhere meanwhile (slack spent an hour an hour, the worst case) still has the slack for
-    that wait. The daemon asks every tick anyway; a simulation, which jumps from event to event, must not jump past
-    this."""
+    (the last one and an epoch; once that has passed, for a job slower than its estimate, every tenth of an epoch:
+    the daemon sees the checkpoint within a tick, a simulation within that). On spot with room to spare it may wait
+    longer: the rule keeps the job there while the slack covers a changeover, the margin and the wait until it is
+    asked again, which it forecasts as the wait before (``RuleInput.tick_h``); asked again within half the slack
+    beyond the changeover and the margin (a tick less), a job that got nowhere meanwhile (slack spent an hour an
+    hour, the worst case) still has the slack for that wait. The daemon asks every tick anyway; a simulation, which
+    jumps from event to event, must not jump past this."""
     if decision.branch == KEEP_SPOT.name:
         free_h = inp.remaining_h - max(inp.compute_h - inp.progress_h, 0.0) - inp.changeover_h - inp.margin_h
         wait_h = (free_h - tick_h) / 2  # a tick short of half: the rule's test is not decided by a rounding
         if wait_h > tick_h:
             return now + timedelta(hours=wait_h)
-    return max(now + timedelta(hours=tick_h), last_checkpoint + timedelta(hours=epoch_h))
+    due = last_checkpoint + timedelta(hours=epoch_h)
+    if due > now:
+        return max(now + timedelta(hours=tick_h), due)
+    return now + timedelta(hours=max(tick_h, epoch_h / 10))
 
 
 def _ask_again(ctx: TickContext, job, spec: JobSpec, now: datetime, inp: RuleInput, decision: RuleDecision) -> None:
