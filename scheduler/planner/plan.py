@@ -583,10 +583,8 @@ def _relaxation_hints(p: _Planning) -> list[str]:
 # --- formatting -------------------------------------------------------------------
 
 
-# A capacity's text is its ``str()``, its value (a ``StrEnum``), without ``Enum.value``'s Python-level property.
-
-
 def _label(o: Option) -> str:
+    # A capacity prints as its value (a ``StrEnum``), without ``Enum.value``'s Python-level property.
     return "%s %s %s in %s" % (o.provider, o.instance_type, o.capacity, o.zone)
 
 
