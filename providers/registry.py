@@ -8,7 +8,7 @@ lazily, so a missing SDK only matters for the clouds actually enabled.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import SecretStr
 
@@ -32,16 +32,12 @@ ADAPTERS = {
 }
 
 
-def build_sandbox(settings: Settings, clock: Clock, *, reclaim_factor: Callable[[Offer], float] | None = None,
+def build_sandbox(settings: Settings, clock: Clock, *, catalog: Sequence[Offer] | None = None,
                   ) -> tuple[dict[str, Provider], dict[str, SandboxCloud]]:
-    """One simulated cloud per configured provider name, each holding that cloud's catalog offers.
-
-    ``reclaim_factor(offer)`` scales each offer's spot reclaim rate (a simulated month's market): the
-    cloud both publishes and draws reclaims at the scaled rate."""
-    catalog = load_catalog()
-    if reclaim_factor is not None:
-        catalog = [o.model_copy(update={"spot_interruptions_per_hour": o.spot_interruptions_per_hour
-                                         * reclaim_factor(o)}) for o in catalog]
+    """One simulated cloud per configured provider name, each holding that cloud's offers of ``catalog``
+    (None: the bundled catalog). A simulated month's market passes the catalog at its own spot reclaim rates
+    (``simulation.market.MarketSpec.scaled``): each cloud both publishes and draws reclaims at them."""
+    catalog = load_catalog() if catalog is None else list(catalog)
     providers: dict[str, Provider] = {}
     clouds: dict[str, SandboxCloud] = {}
     for i, name in enumerate(settings.providers):

@@ -303,9 +303,9 @@ def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, deci
 
 
 def _ask_again(ctx: TickContext, job, spec: JobSpec, now: datetime, inp: RuleInput, decision: RuleDecision) -> None:
-    """The job's ``look_again_by``, kept on its watch and in ``ctx.look_again_by`` where it is the tick's earliest."""
-    if spec.train is None or not spec.train.epochs:
-        return
+    """The job's ``look_again_by``, kept on its watch and in ``ctx.look_again_by`` where it is the tick's earliest.
+    ``spec`` has a ``train`` section: ``_rule_input`` makes no input for a job without one."""
+    assert spec.train is not None
     at = look_again_by(now, utc(job.updated_at), inp, decision, inp.compute_h / spec.train.epochs,
                        ctx.settings.tick_seconds / 3600)
     ctx.spot_watch[job.id].look_again_at = (job.number, at)

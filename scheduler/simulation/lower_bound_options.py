@@ -178,14 +178,14 @@ class PricedCatalog:
             if not est.fits or not math.isfinite(est.hours):
                 why.memory.append(est.why_not or f"does not fit in {gpu} memory")
                 continue
-            hours = est.hours if speed is None else est.hours * speed(gpu)
+            factor = 1.0 if speed is None else speed(gpu)
+            hours = est.hours * factor
             finish = submitted_at + timedelta(hours=hours)
             if why.fastest_hours is None or hours < why.fastest_hours:
                 why.fastest_hours = hours
             if deadline is not None and finish > deadline:
                 continue
             hours_d = Decimal(repr(hours)) * nodes
-            factor = 1.0 if speed is None else speed(gpu)
             for x in group:
                 for cap, hourly, pool in x.prices:
                     if cap not in capacities:

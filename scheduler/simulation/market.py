@@ -14,6 +14,8 @@ market; the longest matching key wins, and a market no key names keeps the catal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field, field_validator
 
 from scheduler.errors import UserError
@@ -47,7 +49,7 @@ class MarketSpec(Frozen):
                 return factor
         return self.reclaim_scale.get("*", 1.0)
 
-    def scaled(self, offers: list[Offer]) -> list[Offer]:
+    def scaled(self, offers: Sequence[Offer]) -> list[Offer]:
         """``offers`` with their spot reclaim rates in this market (what the sandbox clouds publish and draw at)."""
         return [o.model_copy(update={"spot_interruptions_per_hour": o.spot_interruptions_per_hour
                                      * self.reclaim_factor(o)}) for o in offers]

@@ -163,8 +163,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
         clock = SimClock(subs[0].at)
         store = Store(f"sqlite:///{base / f'sim-{policy}.db'}", durable=False)
         store.migrate()
-        providers, clouds = build_sandbox(settings, clock, reclaim_factor=(
-            None if market is None or market.is_catalog else market.reclaim_factor))
+        providers, clouds = build_sandbox(settings, clock, catalog=(
+            None if market is None or market.is_catalog else market.scaled(load_catalog())))
         ctx = TickContext.build(store, providers, clock, settings, seed=seed, strategy=policy)
         agents = SimAgents(store, providers, settings.cluster, seed=seed,
                            ended_at=lambda prov, cid: clouds[prov].ended_at(cid))
@@ -226,7 +226,7 @@ def open_work(s: Session) -> tuple[int, int]:
 
 
 def _next_event(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents,
-                s: Session, retire: timedelta, look_again_by: datetime | None = None) -> datetime:
+                s: Session, retire: timedelta, look_again_by: datetime | None) -> datetime:
     times = [now + MAX_JUMP]
     if next_submission is not None:
         times.append(next_submission)

@@ -81,7 +81,7 @@ def test_a_bad_market_line_names_the_file_and_line(tmp_path: Path, line: str, ex
 def test_the_sandbox_clouds_publish_the_scaled_rate() -> None:
     settings = Settings(_env_file=None, cluster="t")
     spec = parse_reclaim_scale("aws=3,alibaba=0")
-    providers, _ = build_sandbox(settings, SimClock(START), reclaim_factor=spec.reclaim_factor)
+    providers, _ = build_sandbox(settings, SimClock(START), catalog=spec.scaled(load_catalog()))
     catalog = {o.key: o.spot_interruptions_per_hour for o in load_catalog()}
     for name, factor in (("aws", 3.0), ("alibaba", 0.0), ("tencent", 1.0)):
         offers = providers[name].offers()
