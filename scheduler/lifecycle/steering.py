@@ -199,7 +199,7 @@ def place_waiting(ctx: TickContext, now: datetime, jobs: list) -> dict[str, str]
 # Asked every tick: built once (``scheduler.store.database``, "Statements built once").
 _STEERED = (
     select(JobRow.id, JobRow.spec_json, JobRow.epochs_done, JobRow.submitted_at, JobRow.deadline_at,
-           JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number,
+           JobRow.updated_at, JobRow.preemptions, JobRow.restarts, AttemptRow.number, AttemptRow.start_epoch,
            InstanceRow.id.label("inst_id"), InstanceRow.provider,
            InstanceRow.region, InstanceRow.zone, InstanceRow.instance_type, InstanceRow.capacity)
     .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
@@ -250,14 +250,19 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now, own_first(measured, own))
             if inp is not None:
-                (asked if decide_now else watched).append((job, spec, on_spot, own, inp))
-        decisions = decide_all([inp for *_, inp in asked])
-        for (job, spec, _, _, inp), decision in zip([*asked, *watched],
-                                                   [*decisions, *decide_all([inp for *_, inp in watched])],
-                                                   strict=True):
-            _ask_again(ctx, job, spec, now, inp, decision)
+                (asked if decide_now else watched).append((job, spec, on_spot, own, inp, offer))
+        decisions = decide_all([inp for *_, inp, _ in asked])
+        # Whether each job's own epochs have timed it on its GPU yet, for when to look at it again; the watched
+        # ones' own rates are read only for that (from the memo's samples: no query on SQLite).
+        own_watched = ctx.rates.own(s, [job.id for job, *_ in watched], now) if watched else {}
+        for (job, spec, _, own, inp, offer), decision in zip([*asked, *watched],
+                                                          [*decisions, *decide_all([inp for *_, inp, _ in watched])],
+                                                          strict=True):
+            known = own or own_watched.get(job.id, ())
+            _ask_again(ctx, job, spec, now, inp, decision, speed_known=any(rate[1] == offer.gpu for rate in known),
+                       offer=offer, measured=measured)
         moves = []
-        for (job, spec, on_spot, own, inp), decision in zip(asked, decisions, strict=True):
+        for (job, spec, on_spot, own, inp, _), decision in zip(asked, decisions, strict=True):
             target = decision.target
             if target is SpotState.idle:
                 target = SpotState.spot  # leave on-demand and wait for spot: the planner waits while it is gone
@@ -279,7 +284,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
 
 
 def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, decision: RuleDecision, epoch_h: float,
-                  tick_h: float) -> datetime:
+                  tick_h: float, *, speed_known: bool) -> datetime:
     """The latest moment the rule must be asked about a job again for its next decision to be the one it would be
     if it were asked every tick (``tick_h``: the daemon's own interval).
 
@@ -289,9 +294,13 @@ def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, deci
     longer: the rule keeps the job there while the slack covers a changeover, the margin and the wait until it is
     asked again, which it forecasts as the wait before (``RuleInput.tick_h``); asked again within half the slack
     beyond the changeover and the margin (a tick less), a job that got nowhere meanwhile (slack spent an hour an
-    hour, the worst case) still has the slack for that wait. The daemon asks every tick anyway; a simulation, which
-    jumps from event to event, must not jump past this."""
-    if decision.branch == KEEP_SPOT.name:
+    hour, the worst case) still has the slack for that wait. Only once the job's own epochs have timed it on this
+    GPU (``speed_known``: its own rate, from two reports): before that, its next reports replace the estimate the
+    slack was worked out on, and a job slower than it has less slack than it seemed (the daemon hears of each epoch
+    within a tick; a simulation that jumped an hour heard of eleven in one report, one sample, and timed the job
+    only an hour later still). The daemon asks every tick anyway; a simulation, which jumps from event to event,
+    must not jump past this."""
+    if decision.branch == KEEP_SPOT.name and speed_known:
         free_h = inp.remaining_h - max(inp.compute_h - inp.progress_h, 0.0) - inp.changeover_h - inp.margin_h
         wait_h = (free_h - tick_h) / 2  # a tick short of half: the rule's test is not decided by a rounding
         if wait_h > tick_h:
@@ -302,12 +311,18 @@ def look_again_by(now: datetime, last_checkpoint: datetime, inp: RuleInput, deci
     return now + timedelta(hours=max(tick_h, epoch_h / 10))
 
 
-def _ask_again(ctx: TickContext, job, spec: JobSpec, now: datetime, inp: RuleInput, decision: RuleDecision) -> None:
+def _ask_again(ctx: TickContext, job, spec: JobSpec, now: datetime, inp: RuleInput, decision: RuleDecision, *,
+               speed_known: bool, offer: Offer, measured: Measured) -> None:
     """The job's ``look_again_by``, kept on its watch and in ``ctx.look_again_by`` where it is the tick's earliest.
-    ``spec`` has a ``train`` section: ``_rule_input`` makes no input for a job without one."""
+    ``spec`` has a ``train`` section: ``_rule_input`` makes no input for a job without one. An attempt that has
+    reported no epoch yet checkpoints first after its setup (the image, the data, the weights) and an epoch."""
     assert spec.train is not None
-    at = look_again_by(now, utc(job.updated_at), inp, decision, inp.compute_h / spec.train.epochs,
-                       ctx.settings.tick_seconds / 3600)
+    last = utc(job.updated_at)
+    if job.epochs_done <= job.start_epoch:
+        last += timedelta(hours=perf.estimate(spec, offer.gpu, offer.gpu_count, offer.vcpus, epochs_done=0,
+                                              measured=measured).setup_hours)
+    at = look_again_by(now, last, inp, decision, inp.compute_h / spec.train.epochs,
+                       ctx.settings.tick_seconds / 3600, speed_known=speed_known)
     ctx.spot_watch[job.id].look_again_at = (job.number, at)
     _ask_again_at(ctx, at)
 
