@@ -222,10 +222,7 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
         rows = s.execute(_STEERED).all()
         # The planner's rates (the same memo, refreshed on the same terms); read only when a job runs.
         measured = ctx.rates.get(s, now) if rows else {}
-        # Each job's own rates, in one query for the jobs that just checkpointed (the only ones decided on).
-        own_of = ctx.rates.own(s, [job.id for job in rows if _just_checkpointed(job, now, window_h)], now)
-        asked = []  # (job, spec, on spot, its own rates, the rule's input): decided on together below
-        watched = []  # the same for the jobs not decided on this tick: only when to look at them again
+        looked_at = []  # (job, spec, offer, on spot, decided on now): the jobs the rule is asked about this tick
         for job in rows:
             spec = ctx.spec_of(job.id, job.spec_json)
             if not steered(spec, policy.strategy):  # training with a deadline, by the query; auto, one node
@@ -237,29 +234,31 @@ def steer(ctx: TickContext, now: datetime, report: TickReport) -> None:
             if offer is None or offer.spot is None or offer.on_demand is None:
                 continue
             watch, _ = _observe(ctx, job.id, offer, avoided, now)
-            on_spot = job.capacity == Capacity.spot.value
             # A move happens only right after a checkpoint, losing no work: decide then. The others are asked
-            # too, on the pooled rates alone, for when the rule must look at them again (``look_again_by``).
+            # too, for when the rule must look at them again (``look_again_by``), once that time has come.
             decide_now = _just_checkpointed(job, now, window_h)
             if not decide_now and watch.look_again_at is not None:
                 attempt, at = watch.look_again_at
                 if attempt == job.number and at > now:
                     _ask_again_at(ctx, at)
                     continue
-            own = own_of.get(job.id, ()) if decide_now else ()
+            looked_at.append((job, spec, offer, job.capacity == Capacity.spot.value, decide_now))
+        # Their own rates, in one read (from the memo's samples: no query on SQLite): the rule weighs a job on its
+        # own epochs where they have timed it, and looks at it again sooner where they have not.
+        own_of = ctx.rates.own(s, [job.id for job, *_ in looked_at], now) if looked_at else {}
+        asked = []  # (job, spec, on spot, its own rates, the rule's input, offer): decided on together below
+        watched = []  # the same for the jobs not decided on this tick: only when to look at them again
+        for job, spec, offer, on_spot, decide_now in looked_at:
+            own = own_of.get(job.id, ())
             inp = _rule_input(ctx, job, spec, offer, SpotState.spot if on_spot else SpotState.on_demand,
                               avoided, window_h, now, own_first(measured, own))
             if inp is not None:
                 (asked if decide_now else watched).append((job, spec, on_spot, own, inp, offer))
         decisions = decide_all([inp for *_, inp, _ in asked])
-        # Whether each job's own epochs have timed it on its GPU yet, for when to look at it again; the watched
-        # ones' own rates are read only for that (from the memo's samples: no query on SQLite).
-        own_watched = ctx.rates.own(s, [job.id for job, *_ in watched], now) if watched else {}
         for (job, spec, _, own, inp, offer), decision in zip([*asked, *watched],
                                                           [*decisions, *decide_all([inp for *_, inp, _ in watched])],
                                                           strict=True):
-            known = own or own_watched.get(job.id, ())
-            _ask_again(ctx, job, spec, now, inp, decision, speed_known=any(rate[1] == offer.gpu for rate in known),
+            _ask_again(ctx, job, spec, now, inp, decision, speed_known=any(rate[1] == offer.gpu for rate in own),
                        offer=offer, measured=measured)
         moves = []
         for (job, spec, on_spot, own, inp, _), decision in zip(asked, decisions, strict=True):
