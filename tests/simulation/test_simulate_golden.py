@@ -17,8 +17,8 @@ spot (ours 269.32 -> 268.94 CNY, 244 -> 240 ticks, its 1.13 CNY of on-demand gon
 same), and once when the simulator stopped jumping past the moment the steering rule asked to be asked again
 (``TickContext.look_again_by``; ours 240 -> 244 ticks, nothing else), and once when that moment stopped waiting
 past the next checkpoint for a job its own epochs had not yet timed on its GPU (ours 244 -> 288 ticks, nothing
-else; 290 once a job looked at only for that moment was weighed on its own rates too). Rewrite it only for a change meant to change
-outcomes: ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
+else; 290 once a job looked at only for that moment was weighed on its own rates too). Rewrite it only for a
+change meant to change outcomes: ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
 """
 
 from __future__ import annotations
