@@ -49,6 +49,9 @@ class Month:
 class PolicyRun:
     summary: SimSummary
     cpu_seconds: float  # the process's CPU time for the run (the bound at the estimates not included)
+    # Asked for (``run_policy(..., floor=True)``): at the run's true speeds, the least a schedule that is always
+    # on time pays on average through the month's expected reclaims (``lower_bound(..., on_time=True)``).
+    floor: LowerBound | None = None
 
 
 def policies_of(text: str) -> tuple[str, ...]:
@@ -105,14 +108,18 @@ def sim_offers(settings: Settings) -> list[Offer]:
     return [o for o in load_catalog() if o.provider in settings.providers]
 
 
-def bound_solver(month: Month, settings: Settings) -> Callable[[Speed | None], LowerBound]:
+def bound_solver(month: Month, settings: Settings, *, on_time_floor: bool = False
+                 ) -> Callable[[Speed | None], LowerBound]:
     """``lower_bound`` over the month on what the simulated daemon has (its clouds' offers, its reserved
-    capacity, in the summary's currency), at the given speeds (None: the estimates)."""
-    offers = sim_offers(settings)
+    capacity, in the summary's currency), at the given speeds (None: the estimates).
+
+    ``on_time_floor``: spot priced through the month's expected reclaims (its market's rates) and every job on
+    time on average (``lower_bound(..., reclaims=True, on_time=True)``) instead of uninterrupted."""
+    offers = month.market.scaled(sim_offers(settings)) if on_time_floor else sim_offers(settings)
 
     def solve(speed: Speed | None) -> LowerBound:
         return lower_bound(month.entries, offers, currency=settings.report_currency, fx=settings.fx,
-                           reserved=settings.reserved, speed=speed)
+                           reserved=settings.reserved, speed=speed, reclaims=on_time_floor, on_time=on_time_floor)
 
     return solve
 
@@ -124,16 +131,25 @@ def solve_bound(month: Month, settings: Settings) -> LowerBound:
 
 def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
                what_if: Mapping[str, str] | None = None, month: Month | None = None,
-               progress: Callable[[Progress], None] | None = None) -> PolicyRun:
+               progress: Callable[[Progress], None] | None = None, floor: bool = False) -> PolicyRun:
     """One policy over the trace; with ``bound``, the bound at the true speeds solved after the run.
-    ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded."""
+    ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded;
+    ``floor`` (with ``bound``): ``PolicyRun.floor`` as well, at the same true speeds."""
     month = month or load_month(trace)
     settings = sim_settings(seed, tick_seconds, what_if)
+    solve, solve_floor = bound_solver(month, settings), bound_solver(month, settings, on_time_floor=True)
+    floors: list[LowerBound] = []
+
+    def at_true_speeds(speed: Speed | None) -> LowerBound:
+        if floor:
+            floors.append(solve_floor(speed))
+        return solve(speed)
+
     cpu0 = time.process_time()
     summary = simulate(month.submissions, policy=policy, seed=seed, bound=bound, settings=settings,
                        progress=progress, market=month.market,
-                       true_speed_bound=bound_solver(month, settings) if bound is not None else None)
-    return PolicyRun(summary, time.process_time() - cpu0)
+                       true_speed_bound=at_true_speeds if bound is not None else None)
+    return PolicyRun(summary, time.process_time() - cpu0, floors[0] if floors else None)
 
 
 def _in_process(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None,

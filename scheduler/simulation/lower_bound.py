@@ -40,7 +40,7 @@ from scheduler.simulation.lower_bound_lp import (
     prune,
     solve,
 )
-from scheduler.simulation.lower_bound_options import BoundOption, PricedCatalog, make_pools
+from scheduler.simulation.lower_bound_options import BoundOption, Candidate, PricedCatalog, make_pools
 
 if TYPE_CHECKING:
     from scheduler.simulation.trace_file import TraceEntry
@@ -99,6 +99,7 @@ def lower_bound(
     max_cells: int = DEFAULT_MAX_CELLS,
     speed: Callable[[int, str], float] | None = None,
     reclaims: bool = False,
+    on_time: bool = False,
 ) -> LowerBound:
     """The least the trace could cost on ``offers`` under the capacity limits (see the module text).
 
@@ -114,9 +115,17 @@ def lower_bound(
 
     ``reclaims``: spot priced at the hours its expected reclaims take at each offer's rate
     (``PricedCatalog.candidates``): what a policy pays there on average at best, not a bound on one run.
+
+    ``on_time`` (with ``reclaims``): each job must also finish by its deadline on average, so a job whose cheap
+    spot option takes longer through its expected reclaims than the deadline allows pays for the faster hours
+    it needs (``lower_bound_lp``'s clock row): the least a schedule that is always on time pays on average. A
+    job no option can finish in time on average is priced as without it (no such schedule exists).
     """
     if bucket <= timedelta(0):
         raise UserError("the LP's time bucket must be positive", fix="e.g. bucket=timedelta(hours=1)")
+    if on_time and not reclaims:
+        raise UserError("on_time asks for the deadline on average, which only reclaims make differ",
+                        fix="pass reclaims=True with on_time=True")
     pools = make_pools(offers, capacity_limits, reserved)
     catalog = PricedCatalog(offers, currency=currency, fx=fx, pools=pools)
     bucket_h = bucket.total_seconds() / 3600
@@ -130,14 +139,21 @@ def lower_bound(
                                           reclaims=reclaims)
         results[i] = (options[0].option(currency) if options else None, why)
         if options:
-            priced.append(priced_job(i, entry, options, pools, origin, open_h))
+            job = priced_job(i, entry, options, pools, origin, open_h)
+            deadline = entry.job.deadline_at(entry.at) if on_time else None
+            if deadline is not None:
+                window_h = (deadline - entry.at).total_seconds() / 3600
+                if min(c.elapsed for c in options) <= window_h < max(c.elapsed for c in options):
+                    job.clock_limit = window_h
+            priced.append(job)
 
     # Busy buckets from every option first, so pruning knows which pools can run short at all;
     # then again from the options kept, coarsening the buckets while the LP would be too big.
     busy = busy_buckets(priced, pools, bucket_h)
     inexact = 0
     for job in priced:
-        job.options, exact = prune(job.options, partial(busy_in_window, busy, bucket_h, job), max_options)
+        job.options, exact = prune(job.options, partial(busy_in_window, busy, bucket_h, job), max_options,
+                                   on_the_clock=job.clock_limit is not None)
         inexact += not exact
     while True:
         busy = busy_buckets(priced, pools, bucket_h)
@@ -160,7 +176,8 @@ def lower_bound(
         cost_of[job.index] = sum((c.cost * Decimal(repr(f)) for c, f in shares), Decimal(0))
 
     total = sum(cost_of.values(), Decimal(0))
-    unconstrained = sum((job.options[0].cost for job in priced), Decimal(0))
+    unconstrained = sum((job.options[0].cost if job.clock_limit is None else on_time_alone(job.options, job.clock_limit)
+                         for job in priced), Decimal(0))
     jobs = tuple(
         JobBound(
             index=i, name=e.job.name, team=e.job.team, submitted_at=e.at, cheapest=results[i][0],
@@ -188,6 +205,26 @@ def lower_bound(
     )
 
 
+def on_time_alone(options: Sequence[Candidate], limit: float) -> Decimal:
+    """The least a job pays on ``options`` ignoring every capacity limit, on time on average: one option that
+    is, or two mixed (a cheap slow one and a fast one) so that their average hours meet ``limit``; an optimum of
+    the job's two rows (it runs once; its hours on the clock) is found on at most two options."""
+    best: Decimal | None = None
+    for fast in options:
+        if fast.elapsed > limit:
+            continue
+        if best is None or fast.cost < best:
+            best = fast.cost
+        for slow in options:
+            if slow.elapsed > limit and slow.cost < fast.cost:
+                share = Decimal(repr((limit - fast.elapsed) / (slow.elapsed - fast.elapsed)))
+                mixed = slow.cost * share + fast.cost * (1 - share)
+                best = mixed if mixed < best else best
+    if best is None:
+        raise ValueError("no option meets the limit: the clock row is set only where one does")
+    return best
+
+
 __all__ = [
     "DEFAULT_BUCKET",
     "DEFAULT_MAX_CELLS",
@@ -197,4 +234,5 @@ __all__ = [
     "LowerBound",
     "Share",
     "lower_bound",
+    "on_time_alone",
 ]

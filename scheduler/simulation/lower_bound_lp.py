@@ -17,6 +17,15 @@ bucket ``t``::
     y[j, p, t] <= overlap(t, window_j) nodes[j] sum_{k in p} x[j, k]  one gang at a time
     sum_j y[j, p, t] <= limit[p] bucket_hours                        the pool's machines
 
+With ``lower_bound(..., on_time=True)`` (spot priced through its expected reclaims), a job some option
+of which takes longer on average than its deadline allows gets one row more::
+
+    sum_k elapsed[j, k] x[j, k] <= deadline[j] - submitted[j]        on time on average
+
+A schedule that is always on time is on time on average, and with reclaims that come at random each unit
+of work on spot takes the same expected hours however the schedule got there, so every such schedule's
+expected shares satisfy it: the optimum is then a lower bound on what those schedules pay on average.
+
 Every schedule that meets the deadlines satisfies these, so the optimum is a
 lower bound: it is a relaxation twice over. Jobs are split fractionally across
 options, and a job may spread its work over its window (preemptively) instead
@@ -69,23 +78,36 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # --- options kept -------------------------------------------------------------------
 
 
-def prune(options: list[Candidate], binds: Callable[[int], bool], max_options: int | None
-           ) -> tuple[list[Candidate], bool]:
+def prune(options: list[Candidate], binds: Callable[[int], bool], max_options: int | None,
+          *, on_the_clock: bool = False) -> tuple[list[Candidate], bool]:
     """Cheapest first, up to the first option no busy pool limits, at most ``max_options`` per capacity.
+
+    ``on_the_clock``: the job has a row on its hours on the clock (``PricedJob.clock_limit``), where a dearer but
+    faster option can pay in a mix with a cheaper slow one; past the first free option, each option faster than
+    every free one before it is kept too (any other is dominated by a free one: cheaper, no slower, no limit).
 
     Returns the kept options and whether the cut was exact (a free option kept, or nothing cut).
     """
     kept: list[Candidate] = []
     per_cap: dict[Capacity, int] = {}
+    fastest_free: float | None = None  # the least ``elapsed`` of the free options kept
     for c in options:
+        free = c.pool is None or not binds(c.pool)
+        if fastest_free is not None:
+            if c.elapsed < fastest_free:
+                kept.append(c)
+                fastest_free = c.elapsed if free else fastest_free
+            continue
         n = per_cap.get(c.capacity, 0)
         if max_options is not None and n >= max_options:
             continue
         per_cap[c.capacity] = n + 1
         kept.append(c)
-        if c.pool is None or not binds(c.pool):
-            return kept, True
-    return kept, len(kept) == len(options)
+        if free:
+            if not on_the_clock:
+                return kept, True
+            fastest_free = c.elapsed
+    return kept, fastest_free is not None or len(kept) == len(options)
 
 
 # --- time buckets ------------------------------------------------------------------
@@ -98,6 +120,9 @@ class PricedJob:
     start_h: float  # submission, hours after the bucket origin
     windows: dict[int, float]  # pool -> end of the job's window in it, hours after the origin
     nodes: int
+    # The hours from submission to the deadline, where the job must also be on time on average and some option
+    # would not be (``lower_bound(..., on_time=True)``): sum_k elapsed[j, k] x[j, k] <= clock_limit[j].
+    clock_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -250,9 +275,12 @@ def build(jobs: Sequence[PricedJob], pools: Sequence[Pool], busy: Mapping[int, B
             rest = (end - start) - sum(c[2] for c in cells)
             rest_row = lp.row(-math.inf, 0.0) if rest > 1e-12 else None
             parts[p] = PoolPart(lp.row(0.0, 0.0), cells, rest_row, rest)
+        clock = lp.row(-math.inf, job.clock_limit) if job.clock_limit is not None else None
         cols = []
         for c in job.options:
             entries: list[tuple[int, float]] = [(assign, 1.0)]
+            if clock is not None:
+                entries.append((clock, c.elapsed))
             part = parts.get(c.pool) if c.pool is not None else None
             if part is not None:
                 entries.append((part.work, -c.hours * job.nodes))

@@ -85,10 +85,11 @@ class Candidate:
     """An option before it is kept: plain values, so that thousands of jobs x hundreds of offers stay cheap."""
 
     cost: Decimal  # in the bound's currency
-    hours: float
+    hours: float  # the machine-hours of work, uninterrupted
     listing: Listing
     capacity: Capacity
     pool: int | None
+    elapsed: float  # the hours it takes on the clock on average: ``hours``, or spot's through its expected reclaims
 
     def sort_key(self) -> tuple:
         # Free options before pooled ones at the same cost: pruning stops at the first free one.
@@ -147,7 +148,8 @@ class PricedCatalog:
         ``reclaims``: a spot option costs the hours its expected reclaims make it take at the offer's rate
         (``expected_spot_hours``), not the uninterrupted ones: the least any schedule pays *on average* there,
         not the least it can pay (a run that happens not to be reclaimed pays less). Deadlines are still judged
-        on the uninterrupted hours.
+        on the uninterrupted hours here; ``Candidate.elapsed`` keeps the expected ones, for the bound that asks the
+        job to be on time on average too (``lower_bound(..., on_time=True)``).
         """
         deadline = spec.deadline_at(submitted_at)
         # What the job file allows, as it is. The planner narrows it (``plan._planner_capacities``); the
@@ -190,40 +192,44 @@ class PricedCatalog:
                 for cap, hourly, pool in x.prices:
                     if cap not in capacities:
                         continue
+                    elapsed = hours
                     if reclaims and cap is Capacity.spot:
-                        billed = expected_spot_hours(est, factor, x.offer.spot_interruptions_per_hour * nodes)
-                        cost = hourly * Decimal(repr(billed)) * nodes
+                        elapsed = expected_spot_hours(est, factor, x.offer.spot_interruptions_per_hour * nodes)
+                        cost = hourly * Decimal(repr(elapsed)) * nodes
                     else:
                         cost = hourly * hours_d
                     if budget_cap is not None and cost > budget_cap:
                         if why.over_budget is None or cost < why.over_budget:
                             why.over_budget = cost
                         continue
-                    out.append(Candidate(cost, hours, x, cap, pool))
+                    out.append(Candidate(cost, hours, x, cap, pool, elapsed))
                 if Capacity.reserved in capacities and nodes == 1:
                     for i in self.reserved.get(x.key, ()):
                         until = self.pools[i].until
                         if until is not None and finish > until:
                             why.reservation += 1
                             continue
-                        out.append(Candidate(Decimal(0), hours, x, Capacity.reserved, i))
+                        out.append(Candidate(Decimal(0), hours, x, Capacity.reserved, i, hours))
         out.sort(key=Candidate.sort_key)
         return out, (None if out else _why_not(spec, submitted_at, deadline, why, self.currency))
 
 
 def expected_spot_hours(est: Estimate, speed: float, rate: float) -> float:
-    """The hours a run of ``est`` (``speed`` times slower than estimated) is expected to take on spot reclaimed
-    ``rate`` times an hour, boots and restarts left out.
+    """At least the hours a run of ``est`` (``speed`` times slower than estimated) is expected to take on spot
+    reclaimed ``rate`` times an hour; boots left out.
 
     The work goes in units that a reclaim loses whole while in progress: epochs, inference shards, or the whole
     run for a job that starts over (val, export). Reclaims come at random (the sandbox draws each machine's from
     an exponential law), so every unit of ``u`` hours takes (e^(rate u) - 1) / rate hours on average, however
-    many came before; the setup is counted once."""
+    many came before. Those hours see ``rate`` reclaims an hour on average, and each is followed by the setup
+    again on a fresh machine (the data and weights fetched anew) before the work resumes: at least that setup's
+    hours per reclaim (a reclaim during a setup only adds more)."""
     setup = est.setup_hours * speed
     work = max(est.hours * speed - setup, 0.0)
     unit = est.epoch_hours * speed if est.epoch_hours and math.isfinite(est.epoch_hours) else work
     x = rate * unit
-    return setup + (work * math.expm1(x) / x if x > 1e-12 else work)
+    units = work * math.expm1(x) / x if x > 1e-12 else work
+    return setup + units * (1 + rate * setup)
 
 
 def _why_not(spec: JobSpec, at: datetime, deadline: datetime | None, why: _Rejections, currency: str) -> str:

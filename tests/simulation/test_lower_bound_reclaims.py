@@ -25,15 +25,20 @@ def estimate(hours: float, setup: float, epoch: float | None) -> Estimate:
 
 
 def simulated_spot_hours(setup: float, units: int, unit: float, rate: float, rng: random.Random) -> float:
-    """One run, by drawing each machine's reclaim: a unit in progress when it comes is lost whole."""
-    billed = setup
-    for _ in range(units):
-        while True:
-            life = rng.expovariate(rate)
-            if life >= unit:
-                billed += unit
-                break
+    """One run, by drawing each machine's reclaim: a unit in progress when it comes is lost whole, and a fresh
+    machine sets up again (its setup reclaimable too) before the work resumes."""
+    billed, life = 0.0, rng.expovariate(rate)
+    for hours in [setup] + [unit] * units:
+        while life < hours:  # reclaimed first: the hours so far are lost, then a new machine sets up
             billed += life
+            life = rng.expovariate(rate)
+            while life < setup:
+                billed += life
+                life = rng.expovariate(rate)
+            billed += setup
+            life -= setup
+        billed += hours
+        life -= hours
     return billed
 
 
@@ -41,14 +46,19 @@ def simulated_spot_hours(setup: float, units: int, unit: float, rate: float, rng
     (0.3, 250, 0.834, 0.47),  # a week-long yolov9-e retrain on an often reclaimed A10G
     (0.1, 50, 0.2, 0.47),
     (0.05, 1, 1.5, 0.9),  # a val run that starts over
+    (0.0, 40, 0.5, 0.47),  # no setup: the units' hours alone, exactly
 ])
-def test_the_expected_hours_are_those_of_runs_reclaimed_at_random(setup: float, units: int, unit: float,
-                                                                   rate: float) -> None:
+def test_the_expected_hours_are_at_most_those_of_runs_reclaimed_at_random_and_close(
+        setup: float, units: int, unit: float, rate: float) -> None:
     est = estimate(setup + units * unit, setup, unit if units > 1 else None)
     expected = expected_spot_hours(est, 1.0, rate)
     rng = random.Random(7)
     runs = [simulated_spot_hours(setup, units, unit, rate, rng) for _ in range(4000)]
-    assert sum(runs) / len(runs) == pytest.approx(expected, rel=0.02)
+    mean = sum(runs) / len(runs)
+    # A lower bound (reclaims during a setup left out) within a few percent of the mean: 4,000 runs put the
+    # mean within about 1% of its expectation.
+    assert expected <= mean * 1.01
+    assert expected == pytest.approx(mean, rel=0.03)
     assert expected > est.hours
 
 
