@@ -43,10 +43,9 @@ def one_seed(trace: Path, policy: str, seed: int) -> dict:
     configure_logging("console", "warning")
     month = load_month(trace)
     bound = solve_bound(month, sim_settings(seed, TICK_SECONDS))
-    run = run_policy(trace, policy, seed, TICK_SECONDS, bound, month=month, floor=True)
+    run = run_policy(trace, policy, seed, TICK_SECONDS, bound, month=month)
     s = run.summary
-    true_bound = s.lower_bound_true_speed_cost
-    floor = run.floor.total.quantize().amount if run.floor is not None else None
+    true_bound, floor = s.lower_bound_true_speed_cost, s.floor_true_speed_cost
     return {"seed": seed, "cost": str(s.total_cost), "bound_true_speed": str(true_bound),
             "ratio": round(float(s.total_cost / true_bound), 4) if true_bound else None,
             "floor": str(floor), "ratio_to_floor": round(float(s.total_cost / floor), 4) if floor else None,

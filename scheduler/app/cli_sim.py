@@ -258,6 +258,7 @@ def _print_comparison(runs: list, err: Console) -> None:
                                              if s.on_demand_equivalent_cost else "-"),
         "/ lower bound": lambda s: ratio(s, s.lower_bound_cost),
         "/ bound at true speeds": lambda s: ratio(s, s.lower_bound_true_speed_cost),
+        "/ on-time floor": lambda s: ratio(s, s.floor_true_speed_cost),
         "deadline misses": lambda s: split(s.deadline_misses, s.fair_score.misses_unavoidable),
         "failed": lambda s: split(s.failed, s.fair_score.failed_unavoidable),
         "GPU-hours on time": lambda s: f"{s.fair_score.completed_gpu_hours:,}",
@@ -333,10 +334,12 @@ def _fee_rows() -> dict:
 
 
 def _bound_rows(summary) -> list[tuple[str, str]]:
-    """The lower bound at the estimates and at the jobs' simulated true speeds, each with the bill over it."""
+    """The lower bound at the estimates and at the jobs' simulated true speeds, and the on-time floor at those
+    speeds, each with the bill over it."""
     rows = []
     for label, bound in (("lower bound (estimated speeds)", summary.lower_bound_cost),
-                         ("lower bound (true speeds)", summary.lower_bound_true_speed_cost)):
+                         ("lower bound (true speeds)", summary.lower_bound_true_speed_cost),
+                         ("on-time floor (true speeds, on average)", summary.floor_true_speed_cost)):
         if bound is not None:
             ratio = f" (bill {summary.total_cost / bound:.3f}x)" if bound > 0 else ""
             rows.append((label, f"{bound:,}{ratio}"))

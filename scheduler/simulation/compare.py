@@ -49,9 +49,6 @@ class Month:
 class PolicyRun:
     summary: SimSummary
     cpu_seconds: float  # the process's CPU time for the run (the bound at the estimates not included)
-    # Asked for (``run_policy(..., floor=True)``): at the run's true speeds, the least a schedule that is always
-    # on time pays on average through the month's expected reclaims (``lower_bound(..., on_time=True)``).
-    floor: LowerBound | None = None
 
 
 def policies_of(text: str) -> tuple[str, ...]:
@@ -131,25 +128,19 @@ def solve_bound(month: Month, settings: Settings) -> LowerBound:
 
 def run_policy(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None, *,
                what_if: Mapping[str, str] | None = None, month: Month | None = None,
-               progress: Callable[[Progress], None] | None = None, floor: bool = False) -> PolicyRun:
-    """One policy over the trace; with ``bound``, the bound at the true speeds solved after the run.
-    ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already loaded;
-    ``floor`` (with ``bound``): ``PolicyRun.floor`` as well, at the same true speeds."""
+               progress: Callable[[Progress], None] | None = None) -> PolicyRun:
+    """One policy over the trace; with ``bound``, the bound and the on-time floor at the true speeds solved
+    after the run. ``what_if``: settings over the environment's (``what_if_of``); ``month``: the trace already
+    loaded."""
     month = month or load_month(trace)
     settings = sim_settings(seed, tick_seconds, what_if)
-    solve, solve_floor = bound_solver(month, settings), bound_solver(month, settings, on_time_floor=True)
-    floors: list[LowerBound] = []
-
-    def at_true_speeds(speed: Speed | None) -> LowerBound:
-        if floor:
-            floors.append(solve_floor(speed))
-        return solve(speed)
-
     cpu0 = time.process_time()
     summary = simulate(month.submissions, policy=policy, seed=seed, bound=bound, settings=settings,
                        progress=progress, market=month.market,
-                       true_speed_bound=at_true_speeds if bound is not None else None)
-    return PolicyRun(summary, time.process_time() - cpu0, floors[0] if floors else None)
+                       true_speed_bound=bound_solver(month, settings) if bound is not None else None,
+                       true_speed_floor=bound_solver(month, settings, on_time_floor=True) if bound is not None
+                       else None)
+    return PolicyRun(summary, time.process_time() - cpu0)
 
 
 def _in_process(trace: Path, policy: str, seed: int, tick_seconds: float, bound: LowerBound | None,

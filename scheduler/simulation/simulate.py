@@ -97,6 +97,10 @@ class SimSummary(Frozen):
     # nothing could run in time at them; None when not asked.
     lower_bound_true_speed_cost: Decimal | None = None
     true_speed_infeasible_jobs: int | None = None
+    # At the same true speeds, the least a schedule that is always on time pays on average through the market's
+    # expected reclaims (``simulate(true_speed_floor=...)``, ``lower_bound(..., reclaims=True, on_time=True)``):
+    # not a bound on one draw (a lucky one pays less); None when not asked.
+    floor_true_speed_cost: Decimal | None = None
     deadline_misses: int
     interruptions: int
     lost_gpu_hours: Decimal
@@ -127,7 +131,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
              settings: Settings | None = None, lower_bound: Money | None = None, bound: LowerBound | None = None,
              horizon: timedelta = timedelta(days=14),
              progress: Callable[[Progress], None] | None = None, market: MarketSpec | None = None,
-             true_speed_bound: Callable[[Callable[[int, str], float]], LowerBound] | None = None) -> SimSummary:
+             true_speed_bound: Callable[[Callable[[int, str], float]], LowerBound] | None = None,
+             true_speed_floor: Callable[[Callable[[int, str], float]], LowerBound] | None = None) -> SimSummary:
     """Run one policy over the submissions; ``horizon`` past the last submission bounds the run.
 
     ``progress`` is called after every tick (it only reads: the run is the same with or without it).
@@ -141,6 +146,9 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
     over with the simulated agents' own draws (``SimAgents.true_factor``), which no policy sees: its total is
     ``lower_bound_true_speed_cost``, and its verdicts, not the estimate's, tell the misses no schedule could
     avoid apart (a job drawn slower than estimated may be late on every option).
+
+    ``true_speed_floor``: likewise, given the same ``speed``, the floor on what an always-on-time schedule pays on
+    average (``floor_true_speed_cost``; with ``true_speed_bound``).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -197,10 +205,15 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             clock.set(min(max(nxt, now + cadence), end))
         work = work_gpu_hours([(x.job, x.at) for x in submissions], load_catalog(),
                               currency=settings.report_currency, fx=settings.fx)
-        true_bound = None
+        true_bound = floor = None
         if true_speed_bound is not None:
             id_of = {line: job_id for job_id, line in line_of.items()}  # a job refused at submission never ran
-            true_bound = true_speed_bound(lambda i, gpu: agents.true_factor(id_of[i], gpu) if i in id_of else 1.0)
+
+            def speed(i: int, gpu: str) -> float:
+                return agents.true_factor(id_of[i], gpu) if i in id_of else 1.0
+
+            true_bound = true_speed_bound(speed)
+            floor = true_speed_floor(speed) if true_speed_floor is not None else None
         verdicts = true_bound if true_bound is not None else bound
         infeasible = [j.why_not for j in verdicts.jobs] if verdicts is not None else None
         with store.session(write=False) as s:
@@ -212,7 +225,7 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
                     if bound is not None else [])
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, subs[0].at,
                              clock.now() - subs[0].at, ticks, time.perf_counter() - wall0, lower_bound,
-                             true_bound, agents, ctx, score, explained, gaps, billed)
+                             true_bound, agents, ctx, score, explained, gaps, billed, floor)
         store.dispose()
     return summary
 
@@ -276,7 +289,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
                start: datetime, span: timedelta, ticks: int, wall: float, lower_bound: Money | None,
                true_bound: LowerBound | None, agents: SimAgents,
                ctx: TickContext, score: FairScore, explained: Sequence[JobResult],
-               gaps: Sequence[JobGap], billed: Bills) -> SimSummary:
+               gaps: Sequence[JobGap], billed: Bills, floor: LowerBound | None = None) -> SimSummary:
     """Columns streamed, not ORM rows loaded: a month's rows as objects were half the run's peak memory. The
     bill's figures are ``billed``'s (``fair_score.bills``), the one read of the cost records."""
     cur = settings.report_currency
@@ -301,6 +314,7 @@ def _summarise(store: Store, settings: Settings, policy: str, seed: int, n: int,
         lower_bound_cost=lower_bound.quantize().amount if lower_bound is not None else None,
         lower_bound_true_speed_cost=true_bound.total.quantize().amount if true_bound is not None else None,
         true_speed_infeasible_jobs=true_bound.infeasible_jobs if true_bound is not None else None,
+        floor_true_speed_cost=floor.total.quantize().amount if floor is not None else None,
         deadline_misses=misses, interruptions=interruptions,
         lost_gpu_hours=lost.quantize(Decimal("0.01")), idle_hours=billed.idle_hours.quantize(Decimal("0.01")),
         cost_by_capacity={cap: _cents(cur, amount) for cap, amount in billed.by_capacity.items()},

@@ -141,6 +141,9 @@ def test_trace_generate_then_simulate_a_small_month(tmp_path):
     total = float(summary["total_cost"])
     assert f"{total / float(summary['lower_bound_cost']):.3f}x" in r.stderr
     assert f"{total / true_bound:.3f}x" in r.stderr and "lower bound (true speeds)" in r.stderr
+    # And the on-time floor at those speeds: spot through its expected reclaims, never below the bound.
+    floor = float(summary["floor_true_speed_cost"])
+    assert floor >= true_bound and "on-time floor" in r.stderr
 
 
 def test_simulate_shows_a_progress_bar_when_asked_and_none_by_default_off_a_terminal(tmp_path):

@@ -151,6 +151,9 @@ def test_the_bound_is_solved_on_what_the_simulated_daemon_has(tmp_path: Path) ->
     run = run_policy(trace, "gpusched", 3, 60.0, owned, what_if=what_if).summary
     assert "reserved" in run.settings and run.lower_bound_cost == owned.total.quantize().amount
     assert run.lower_bound_true_speed_cost is not None and run.lower_bound_true_speed_cost < plain.total.amount
+    # The on-time floor is solved on the same market: the reserved machines are free there too.
+    assert run.floor_true_speed_cost is not None
+    assert run.lower_bound_true_speed_cost <= run.floor_true_speed_cost < plain.total.amount
     assert run.deadline_misses == 0 and run.failed == 0
     # The reserved machines ran the work: the bill (reserved hours free at the margin) is below the plain run's.
     assert run.total_cost < run_policy(trace, "gpusched", 3, 60.0, plain).summary.total_cost
