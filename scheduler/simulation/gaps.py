@@ -7,8 +7,10 @@ these columns set side by side: hours billed at on-demand prices, spot reclaims 
 the epoch or shard in progress) and, in a simulation, a job that really ran slower than the estimate
 (``true_speed``: the simulated agents' speed per job and GPU, ``SimAgents.true_factor``), which the
 estimate's bound cannot see and no schedule can avoid; where the run solved the bound again at those
-speeds, ``true_speed_gap`` is what is left once they are priced in. Idle machines bill no job; the
-summary's ``cost_idle`` has them.
+speeds, ``true_speed_gap`` is what is left once they are priced in, and ``floor_gap`` what is left once
+the reclaims every schedule on spot pays for on average, and the deadline, are priced in too (the job's
+share of the on-time floor, ``lower_bound(..., reclaims=True, on_time=True)``; one draw, so a job's bill may
+be below it). Idle machines bill no job; the summary's ``cost_idle`` has them.
 
 Sessions diagnosing a month wrote this table by hand each time (BENCHMARKS.md, issue 17): it is how a
 gap is told apart into a decision to fix and luck to report.
@@ -61,6 +63,11 @@ class JobGap:
     # what is left of the gap once the true speeds, which no schedule could know, are priced in.
     true_speed_bound_cost: Decimal | None = None
     true_speed_gap: Decimal | None = None
+    # Its share of the on-time floor at those speeds (``simulate(true_speed_floor=...)``), what the floor runs it
+    # on (shares of spot and faster hours where its deadline needs both), and the gap to it.
+    floor_cost: Decimal | None = None
+    floor_setup: str = ""
+    floor_gap: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +96,13 @@ def totals(gaps: Sequence[JobGap]) -> GapTotals:
 
 def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBound], billed: Bills, *,
              true_factor: TrueFactor | None = None,
-             true_speed_bound: Sequence[JobBound] | None = None) -> list[JobGap]:
+             true_speed_bound: Sequence[JobBound] | None = None,
+             floor: Sequence[JobBound] | None = None) -> list[JobGap]:
     """Every job of the run in ``s`` against its bound share, the largest gap first (jobs without one last).
 
     ``trace_line_of`` maps a job id to its 0-based place in the trace, which indexes ``bound`` (and
-    ``true_speed_bound``, the bound at the simulated true speeds, where solved); ``billed``: the run's
-    ``fair_score.bills``."""
+    ``true_speed_bound``, the bound at the simulated true speeds, and ``floor``, the on-time floor at them,
+    where solved); ``billed``: the run's ``fair_score.bills``."""
     attempts: dict[str, int] = {}
     gpus: dict[str, list[str]] = {}  # the GPUs each job ran on, in the order it first did
     ran = select(AttemptRow.job_id, InstanceRow.gpu).join(InstanceRow, InstanceRow.id == AttemptRow.instance_id) \
@@ -115,6 +123,8 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
         cost = billed.by_job.get(job_id, Decimal(0)).quantize(CENT)
         bound_cost = _cost(priced)
         true_cost = _cost(_entry(true_speed_bound, line)) if true_speed_bound is not None else None
+        floored = _entry(floor, line) if floor is not None else None
+        floor_cost = _cost(floored)
         factors = [(gpu, true_factor(job_id, gpu)) for gpu in gpus.get(job_id, ())] if true_factor else []
         out.append(JobGap(
             trace_line=line + 1 if line is not None else 0, job_id=job_id, name=name, team=team, kind=kind,
@@ -125,7 +135,9 @@ def job_gaps(s: Session, trace_line_of: Mapping[str, int], bound: Sequence[JobBo
             preemptions=preemptions, attempts=attempts.get(job_id, 0),
             true_speed=", ".join(f"{gpu} x{f:.2f}" for gpu, f in factors),
             slowest=round(max(f for _, f in factors), 4) if factors else None,
-            true_speed_bound_cost=true_cost, true_speed_gap=cost - true_cost if true_cost is not None else None))
+            true_speed_bound_cost=true_cost, true_speed_gap=cost - true_cost if true_cost is not None else None,
+            floor_cost=floor_cost, floor_setup=_setup(floored),
+            floor_gap=cost - floor_cost if floor_cost is not None else None))
     out.sort(key=lambda g: (g.gap is None, -(g.gap or 0), g.trace_line, g.name))
     return out
 

@@ -221,7 +221,8 @@ def simulate(submissions: Sequence[Submission], *, policy: str, seed: int, work_
             score, explained = fair_score(s, line_of, work, infeasible, currency=settings.report_currency,
                                           fx=settings.fx, billed=billed)
             gaps = (job_gaps(s, line_of, bound.jobs, billed, true_factor=agents.true_factor,
-                             true_speed_bound=true_bound.jobs if true_bound is not None else None)
+                             true_speed_bound=true_bound.jobs if true_bound is not None else None,
+                             floor=floor.jobs if floor is not None else None)
                     if bound is not None else [])
         summary = _summarise(store, settings, policy, seed, len(subs), rejected, subs[0].at,
                              clock.now() - subs[0].at, ticks, time.perf_counter() - wall0, lower_bound,

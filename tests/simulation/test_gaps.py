@@ -116,9 +116,14 @@ def test_the_bound_at_true_speeds_is_solved_on_the_agents_own_draws():
         asked.append(speed)
         return lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx, speed=speed)
 
+    def solve_floor(speed):
+        asked.append(speed)
+        return lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx, speed=speed, reclaims=True,
+                           on_time=True)
+
     summary = simulate(subs, policy="gpusched", seed=3, bound=bound, horizon=timedelta(days=2),
-                       true_speed_bound=solve)
-    assert len(asked) == 1
+                       true_speed_bound=solve, true_speed_floor=solve_floor)
+    assert len(asked) == 2 and asked[0] is asked[1]  # both at the same true speeds
     agents = SimAgents(None, {}, "sim", seed=3)  # type: ignore[arg-type]  # only its draw is used
     id_of = {g.trace_line - 1: g.job_id for g in summary.gaps}
     for i in range(len(entries)):
@@ -133,6 +138,12 @@ def test_the_bound_at_true_speeds_is_solved_on_the_agents_own_draws():
         share = at_true.jobs[g.trace_line - 1].cost
         assert share is not None and g.true_speed_bound_cost == share.amount.quantize(Decimal("0.01"))
         assert g.true_speed_gap == g.cost - g.true_speed_bound_cost
+        # The on-time floor's share: the same job at the same speeds, its spot through expected reclaims.
+        assert g.floor_cost is not None and g.floor_cost >= g.true_speed_bound_cost and g.floor_setup
+        assert g.floor_gap == g.cost - g.floor_cost
+    floor = lower_bound(entries, catalog, currency="CNY", fx=SETTINGS.fx, reclaims=True, on_time=True,
+                        speed=lambda i, gpu: agents.true_factor(id_of[i], gpu))
+    assert summary.floor_true_speed_cost == floor.total.quantize().amount > summary.lower_bound_true_speed_cost
     t = totals(summary.gaps)
     assert t.over_true_speed_share == sum((g.true_speed_gap for g in summary.gaps if g.true_speed_gap > 0),
                                           Decimal(0))
