@@ -155,6 +155,8 @@ def lower_bound(
         job.options, exact = prune(job.options, partial(busy_in_window, busy, bucket_h, job), max_options,
                                    on_the_clock=job.clock_limit is not None)
         inexact += not exact
+        if job.clock_limit is not None and min(c.elapsed for c in job.options) > job.clock_limit:
+            job.clock_limit = None  # the cap cut every option on time: priced as without the row, the LP solvable
     while True:
         busy = busy_buckets(priced, pools, bucket_h)
         if count_cells(priced, busy, bucket_h) <= max_cells or bucket_h >= MAX_BUCKET_H:

@@ -17,6 +17,12 @@ bucket ``t``::
     y[j, p, t] <= overlap(t, window_j) nodes[j] sum_{k in p} x[j, k]  one gang at a time
     sum_j y[j, p, t] <= limit[p] bucket_hours                        the pool's machines
 
+Every schedule that meets the deadlines satisfies these, so the optimum is a
+lower bound: it is a relaxation twice over. Jobs are split fractionally across
+options, and a job may spread its work over its window (preemptively) instead
+of running in one piece. Coarser buckets make it weaker but smaller, never
+wrong. Without pools the LP is the sum of every job's cheapest option.
+
 With ``lower_bound(..., on_time=True)`` (spot priced through its expected reclaims), a job some option
 of which takes longer on average than its deadline allows gets one row more::
 
@@ -25,12 +31,6 @@ of which takes longer on average than its deadline allows gets one row more::
 A schedule that is always on time is on time on average, and with reclaims that come at random each unit
 of work on spot takes the same expected hours however the schedule got there, so every such schedule's
 expected shares satisfy it: the optimum is then a lower bound on what those schedules pay on average.
-
-Every schedule that meets the deadlines satisfies these, so the optimum is a
-lower bound: it is a relaxation twice over. Jobs are split fractionally across
-options, and a job may spread its work over its window (preemptively) instead
-of running in one piece. Coarser buckets make it weaker but smaller, never
-wrong. Without pools the LP is the sum of every job's cheapest option.
 
 Size, for 10,000 jobs x hundreds of offers:
 
