@@ -18,7 +18,9 @@ same), and once when the simulator stopped jumping past the moment the steering 
 (``TickContext.look_again_by``; ours 240 -> 244 ticks, nothing else), and once when that moment stopped waiting
 past the next checkpoint for a job its own epochs had not yet timed on its GPU (ours 244 -> 288 ticks, nothing
 else; 290 once a job looked at only for that moment was weighed on its own rates too). Rewrite it only for a
-change meant to change outcomes: ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``.
+change meant to change outcomes: ``.venv/bin/python -m tests.simulation.test_simulate_golden --write``. A field
+added to the summary without a change of outcome is added to the fixture as it comes out here (the on-time floor,
+``floor_true_speed_cost``: null, as no bound is asked for).
 """
 
 from __future__ import annotations
