@@ -157,3 +157,24 @@ def test_always_on_time_schedules_pay_at_least_the_floor_on_average(window_over_
     # And the floor is above the one that judges the deadline on uninterrupted hours where the deadline binds.
     if window < ELAPSED:
         assert floor > float(_bound(window, on_time=False))
+
+
+def test_a_job_whose_on_time_options_pruning_cut_keeps_the_floor_solvable() -> None:
+    """Spot only, two GPUs, both in pools that run short: with one option kept per capacity, only the cheap slow
+    one is left, which is not on time on average. The job is priced as without its row rather than making the LP
+    infeasible (which would price every job on its cheapest option alone)."""
+    slow, fast = _offer(), _offer("fast.a100", spot="30", gpu="A100-80G")
+    window = (HOURS + ELAPSED) / 2
+    spec = _job(window, ("A10", "A100-80G"))
+    spot_only = spec.model_copy(update={"policy": spec.policy.model_copy(update={"capacity": "spot"})})
+    # Eight jobs at once, seven slow machines (enough for their uninterrupted hours, not for all eight at once).
+    entries = [TraceEntry(at=T0, job=spot_only.model_copy(update={"name": f"retrain-{k}"})) for k in range(8)]
+    limits = {slow.key: 7, fast.key: 1}
+    lb = lower_bound(entries, [slow, fast], currency="CNY", fx=FX, reclaims=True, on_time=True,
+                     capacity_limits=limits, max_options=1)
+    assert lb.status == "optimal"
+    assert lb.inexact_prunes == 8  # the cap cut the fast option of every job
+    # Without the cap the fast option is kept, and being on time on average costs more.
+    full = lower_bound(entries, [slow, fast], currency="CNY", fx=FX, reclaims=True, on_time=True,
+                       capacity_limits=limits)
+    assert full.status == "optimal" and full.total.amount > lb.total.amount
