@@ -275,6 +275,9 @@ def _print_comparison(runs: list, err: Console) -> None:
     err.print(table)
     err.print(f"of {first.fair_score.work_gpu_hours:,} GPU-hours of work; misses and failures in brackets: no "
               "schedule could avoid them (judged at true speeds where that bound was solved)", highlight=False)
+    if any(s.floor_true_speed_cost for s in summaries):
+        err.print("on-time floor: the least a schedule that is always on time pays on average, spot priced through "
+                  "its expected reclaims (one draw may pay less)", highlight=False)
 
 
 class _SimProgress:

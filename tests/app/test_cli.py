@@ -181,6 +181,7 @@ def test_simulate_compares_several_policies_in_one_table(tmp_path):
     assert sorted(both) == sorted(["gpusched", "on-demand", "spot-greedy", "skypilot-like"])
     header = "the policies compared"
     assert header in r.stderr and "/ bound at true speeds" in r.stderr
+    assert "/ on-time floor" in r.stderr and "the least a schedule that is always on time pays" in r.stderr
     table = r.stderr[r.stderr.index(header):]
     for policy, summary in both.items():
         assert (tmp_path / f"why-{policy}.csv").read_text().startswith("trace_line,")
