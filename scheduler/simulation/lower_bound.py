@@ -139,13 +139,7 @@ def lower_bound(
                                           reclaims=reclaims)
         results[i] = (options[0].option(currency) if options else None, why)
         if options:
-            job = priced_job(i, entry, options, pools, origin, open_h)
-            deadline = entry.job.deadline_at(entry.at) if on_time else None
-            if deadline is not None:
-                window_h = (deadline - entry.at).total_seconds() / 3600
-                if min(c.elapsed for c in options) <= window_h < max(c.elapsed for c in options):
-                    job.clock_limit = window_h
-            priced.append(job)
+            priced.append(priced_job(i, entry, options, pools, origin, open_h, on_time=on_time))
 
     # Busy buckets from every option first, so pruning knows which pools can run short at all;
     # then again from the options kept, coarsening the buckets while the LP would be too big.
@@ -178,8 +172,7 @@ def lower_bound(
         cost_of[job.index] = sum((c.cost * Decimal(repr(f)) for c, f in shares), Decimal(0))
 
     total = sum(cost_of.values(), Decimal(0))
-    unconstrained = sum((job.options[0].cost if job.clock_limit is None else on_time_alone(job.options, job.clock_limit)
-                         for job in priced), Decimal(0))
+    unconstrained = sum((_least_alone(job.options, job.clock_limit) for job in priced), Decimal(0))
     jobs = tuple(
         JobBound(
             index=i, name=e.job.name, team=e.job.team, submitted_at=e.at, cheapest=results[i][0],
@@ -207,10 +200,13 @@ def lower_bound(
     )
 
 
-def on_time_alone(options: Sequence[Candidate], limit: float) -> Decimal:
-    """The least a job pays on ``options`` ignoring every capacity limit, on time on average: one option that
-    is, or two mixed (a cheap slow one and a fast one) so that their average hours meet ``limit``; an optimum of
-    the job's two rows (it runs once; its hours on the clock) is found on at most two options."""
+def _least_alone(options: Sequence[Candidate], limit: float | None) -> Decimal:
+    """The least a job pays on ``options`` (cheapest first) ignoring every capacity limit: its cheapest, or with a
+    clock ``limit``, on time on average: one option that is, or two mixed (a cheap slow one and a fast one) so
+    that their average hours meet it; an optimum of the job's two rows (it runs once; its hours on the clock) is
+    found on at most two options."""
+    if limit is None:
+        return options[0].cost
     best: Decimal | None = None
     for fast in options:
         if fast.elapsed > limit:
@@ -236,5 +232,4 @@ __all__ = [
     "LowerBound",
     "Share",
     "lower_bound",
-    "on_time_alone",
 ]

@@ -92,18 +92,18 @@ def prune(options: list[Candidate], binds: Callable[[int], bool], max_options: i
     per_cap: dict[Capacity, int] = {}
     fastest_free: float | None = None  # the least ``elapsed`` of the free options kept
     for c in options:
-        free = c.pool is None or not binds(c.pool)
         if fastest_free is not None:
             if c.elapsed < fastest_free:
                 kept.append(c)
-                fastest_free = c.elapsed if free else fastest_free
+                if c.pool is None or not binds(c.pool):
+                    fastest_free = c.elapsed
             continue
         n = per_cap.get(c.capacity, 0)
         if max_options is not None and n >= max_options:
             continue
         per_cap[c.capacity] = n + 1
         kept.append(c)
-        if free:
+        if c.pool is None or not binds(c.pool):
             if not on_the_clock:
                 return kept, True
             fastest_free = c.elapsed
@@ -353,16 +353,20 @@ def solve(lp: Columns) -> tuple[str, float, list[float] | None]:
 
 
 def priced_job(index: int, entry: TraceEntry, options: list[Candidate], pools: Sequence[Pool],
-            origin: datetime, open_h: float) -> PricedJob:
-    """A job with options, and its window in each pool: submission to deadline, clipped at a reservation's end."""
+               origin: datetime, open_h: float, *, on_time: bool = False) -> PricedJob:
+    """A job with options, and its window in each pool: submission to deadline, clipped at a reservation's end.
+    ``on_time``: its ``clock_limit`` where some option is on time on average and some is not."""
     start_h = hours_since(entry.at, origin)
     deadline = entry.job.deadline_at(entry.at)
+    clock_limit = None
     if deadline is not None:
         end_h = hours_since(deadline, origin)
+        if on_time and min(c.elapsed for c in options) <= end_h - start_h < max(c.elapsed for c in options):
+            clock_limit = end_h - start_h
     else:
         end_h = start_h + max(open_h, max(c.hours for c in options))
     windows = {}
     for p in pools_of(options):
         until = pools[p].until
         windows[p] = end_h if until is None else min(end_h, hours_since(until, origin))
-    return PricedJob(index, options, start_h, windows, entry.job.resources.nodes)
+    return PricedJob(index, options, start_h, windows, entry.job.resources.nodes, clock_limit)
