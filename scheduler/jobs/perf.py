@@ -5,7 +5,8 @@
 model: the priors and their sources (``perf_priors``, from ``docs/yolov9-model.md``), the
 training and inference rates (``perf_rates``) and the memory fit and physical batch
 (``perf_memory``). Every prior is a prior: callers pass ``measured`` rates learned from a job's
-first epochs (see ``observed_rate``, the inverse of the epoch formula here) and those win.
+first epochs (see ``observed_rate``, the inverse of the epoch formula here) and those win over the
+GPU-bound prior; each machine's data loader still scales them (``perf_rates.loader_share``).
 
 Pure functions only: no clock, no I/O.
 
@@ -57,6 +58,7 @@ from scheduler.jobs.perf_rates import (
     cpu_bound_rate,
     gpu_bound_rate,
     infer_seconds_per_image,
+    loader_share,
     loader_workers,
     scaling_efficiency,
     speed_factor,
@@ -113,8 +115,9 @@ def observed_rate(
     """Turn one observed epoch (train + val wall time) into a ``measured`` entry.
 
     The result is the per-GPU training rate (img/s) that makes this model's epoch
-    formula reproduce the observation; ``estimate`` uses it in place of
-    min(R_gpu, R_cpu). Epoch times come from results.csv row mtimes.
+    formula reproduce the observation on that machine; divided by the machine's
+    ``perf_rates.loader_share`` (``perf_learning.record_epochs``) it is what ``estimate``
+    takes in place of R_gpu. Epoch times come from results.csv row mtimes.
     """
     if epoch_seconds <= 0:
         raise GpuschedError(f"an observed epoch must take some time, got {epoch_seconds} s")
@@ -137,8 +140,9 @@ def estimate(
 ) -> Estimate:
     """How long ``spec`` takes from here on ``nodes`` x ``gpu_count`` x ``gpu`` with ``vcpus`` per node.
 
-    ``measured`` maps (model, gpu, img_size) to an observed per-GPU training rate
-    in img/s (see ``observed_rate``); it replaces the prior for train and val.
+    ``measured`` maps (model, gpu, img_size) to a learned GPU-bound per-GPU training rate
+    in img/s (see ``observed_rate``); it replaces R_gpu for train and val, and the
+    data loader of a machine with ``vcpus`` scales it as it caps the prior.
     """
     return Estimate(**figures(spec, gpu, gpu_count, vcpus, epochs_done=epochs_done, nodes=nodes,
                               measured=measured)._asdict())
@@ -234,12 +238,16 @@ def _train_setting(model: str, gpu: str, img_size: int, batch: int, gpu_count: i
     physical = physical_batch(model, gpu, img_size, per_gpu_batch)
     if physical is None:
         return None
-    per_gpu = measured_rate
     notes: list[str] = []
-    if per_gpu is None:
+    if measured_rate is None:
         per_gpu = min(gpu_bound_rate(model, gpu, img_size), cpu_bound_rate(vcpus, gpu_count, physical))
     else:
-        notes.append("training rate measured on earlier epochs")
+        # Learned rates are GPU-bound rates (``perf_learning.record_epochs``): this machine's loader may
+        # feed less than the machines they were measured on.
+        share = loader_share(model, gpu, img_size, vcpus, gpu_count, physical)
+        per_gpu = measured_rate * share
+        notes.append("training rate measured on earlier epochs" if share == 1.0 else
+                     f"training rate measured on earlier epochs, x{share:.2f} for this machine's data loader")
     rate = per_gpu * total_gpus * scaling_efficiency(total_gpus)
     if total_gpus > 1:
         notes.append(f"multi-GPU speed-up assumes {SCALING_PER_DOUBLING:.0%} efficiency per doubling [EST]")

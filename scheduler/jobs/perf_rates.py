@@ -33,6 +33,7 @@ __all__ = [
     "cpu_bound_rate",
     "gpu_bound_rate",
     "infer_seconds_per_image",
+    "loader_share",
     "loader_workers",
     "scaling_efficiency",
     "speed_factor",
@@ -74,6 +75,15 @@ def cpu_bound_rate(vcpus: int, gpu_count: int = 1, batch: int = WORKERS) -> floa
 def loader_workers(vcpus: int, gpu_count: int, batch: int) -> int:
     """Data-loader processes per GPU, as YOLOv9 sets them; at least one (the training process)."""
     return max(min(vcpus // max(gpu_count, 1), batch if batch > 1 else 0, WORKERS), 1)
+
+
+def loader_share(model: str, gpu: str, img_size: int, vcpus: int, gpu_count: int, batch: int) -> float:
+    """How much of the GPU-bound rate a machine's mosaic loader lets through: min(R_cpu / R_gpu, 1).
+
+    Learned training rates are kept as GPU-bound rates (``perf_learning.record_epochs`` divides an
+    observed rate by its machine's share) and scaled by each candidate machine's share when estimated
+    (``perf``): a rate measured on a 32-vCPU machine is not what a 4-vCPU one of the same GPU feeds."""
+    return min(cpu_bound_rate(vcpus, gpu_count, batch) / gpu_bound_rate(model, gpu, img_size), 1.0)
 
 
 def scaling_efficiency(total_gpus: int) -> float:

@@ -3,9 +3,15 @@
 Each progress report from an on-instance agent (epoch N finished) becomes one
 sample in ``perf_samples``: the wall time since the previous report, divided by
 the epochs it covers, turned into a per-GPU training rate with
-``perf.observed_rate``. ``measured_rates`` condenses the samples into the
-``measured`` mapping that ``planner.plan`` and ``perf.estimate`` take;
-``perf_table`` shows every number with where it came from.
+``perf.observed_rate`` and divided by the share of the GPU-bound rate its machine's
+data loader lets through (``perf_rates.loader_share``), so that the rate is the
+GPU's and not the machine's: the planner scales it back by each candidate
+machine's share. Without that, a small model's rate measured on a 32-vCPU machine
+sent it to a 4-vCPU one of the same GPU at less than half its real time (issue 17,
+(heavy-inference, 41) seed 11). A machine the catalog does not list has share 1.
+``measured_rates`` condenses the samples into the ``measured`` mapping that
+``planner.plan`` and ``perf.estimate`` take; ``perf_table`` shows every number
+with where it came from.
 
 Why a median of the newest samples: an epoch's time is noisy (a report that
 arrives late, the first epoch's warm-up, a neighbour on the host), and a GPU's
@@ -182,11 +188,13 @@ def record_epochs(
         log.info("perf_sample_dropped", reason=why, rate_img_s=round(rate, 2), prior_img_s=round(prior, 2),
                     **context)
         return None
+    # The prior over the GPU-bound prior is the machine's loader share (1 without vCPUs or a batch).
+    share = prior / prior_rate(spec.model, instance.gpu, train.img_size)
     row = PerfSampleRow(
         at=utc(now), job_id=job.id, attempt=attempt.number, model=spec.model, gpu=instance.gpu,
         gpu_count=instance.gpu_count, nodes=nodes, img_size=train.img_size, batch=est.physical_batch,
         train_images=spec.data.train_images, val_images=val_images, epoch_seconds=epoch_seconds,
-        rate_img_s=rate, source=source,
+        rate_img_s=rate / share, source=source,
     )
     session.add(row)
     return row

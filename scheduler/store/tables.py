@@ -248,7 +248,12 @@ class PerfSampleRow(Base):
     """One observed training epoch time: the performance model learns from these.
 
     ``rate_img_s`` is per GPU (``perf.observed_rate``), so samples from 1, 4 or
-    8 GPUs of one model pool under one (model, gpu, img_size) key.
+    8 GPUs of one model pool under one (model, gpu, img_size) key, and GPU-bound:
+    divided by the share its machine's data loader let through
+    (``perf_rates.loader_share``), so samples from 4 and 32 vCPUs pool too.
+    ``epoch_seconds`` is what was observed. Samples written before that rule
+    (before 2026-12-07) are the machine's rate, at or below the GPU's: they
+    age out of each key's newest 20 as new ones arrive.
     """
 
     __tablename__ = "perf_samples"

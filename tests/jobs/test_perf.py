@@ -11,7 +11,7 @@ from scheduler.errors import GpuschedError, UserError
 from scheduler.gpus import GPUS
 from scheduler.jobs.perf import Estimate, estimate, figures_for, needs_gpu, observed_rate
 from scheduler.jobs.perf_memory import infer_memory_gib, physical_batch, train_memory_gib, usable_memory_gib
-from scheduler.jobs.perf_rates import cpu_bound_rate, gpu_bound_rate, scaling_efficiency, speed_factor
+from scheduler.jobs.perf_rates import cpu_bound_rate, gpu_bound_rate, loader_share, scaling_efficiency, speed_factor
 from scheduler.models import JobSpec
 
 # GPUs ordered from slowest to fastest by the S(g) column of docs/yolov9-model.md.
@@ -170,8 +170,29 @@ def test_a_measured_rate_replaces_the_prior() -> None:
 def test_an_observed_epoch_fed_back_reproduces_itself(gpus: int, nodes: int) -> None:
     epoch_seconds = 1234.0
     rate = observed_rate(epoch_seconds, 12000, 1500, gpu_count=gpus, nodes=nodes)
-    e = estimate(job(), "V100", gpus, vcpus=64, nodes=nodes, measured={("yolov9-s", "V100", 640): rate})
+    batch = estimate(job(), "V100", gpus, vcpus=64, nodes=nodes).physical_batch
+    assert batch is not None
+    # Learned rates are kept GPU-bound: the observed one over the share the machine's loader let through.
+    share = loader_share("yolov9-s", "V100", 640, 64, gpus, batch)
+    e = estimate(job(), "V100", gpus, vcpus=64, nodes=nodes, measured={("yolov9-s", "V100", 640): rate / share})
     assert e.epoch_hours * 3600 == pytest.approx(epoch_seconds)  # type: ignore[operator]
+
+
+def test_a_measured_rate_is_scaled_by_each_machines_data_loader() -> None:
+    # yolov9-s on an A10G is GPU-bound on 32 vCPUs and loader-bound on 4: a rate learned as the GPU's speed
+    # is what 32 vCPUs feed, and 4 feed the loader's share of it.
+    spec = job(model="yolov9-s")
+    gpu_rate = gpu_bound_rate("yolov9-s", "A10G") * 0.9
+    measured = {("yolov9-s", "A10G", 640): gpu_rate}
+    big = estimate(spec, "A10G", vcpus=32, measured=measured)
+    small = estimate(spec, "A10G", vcpus=4, measured=measured)
+    assert big.physical_batch is not None
+    assert loader_share("yolov9-s", "A10G", 640, 32, 1, big.physical_batch) == 1.0
+    share = cpu_bound_rate(4, 1, big.physical_batch) / gpu_bound_rate("yolov9-s", "A10G")
+    assert share < 0.9  # the case the rule is for: a machine whose loader starves the GPU
+    assert big.throughput_img_s == pytest.approx(gpu_rate)
+    assert small.throughput_img_s == pytest.approx(gpu_rate * share)
+    assert any("data loader" in n for n in small.notes) and not any("data loader" in n for n in big.notes)
 
 
 def test_an_epoch_without_duration_is_refused() -> None:

@@ -170,6 +170,33 @@ def test_multi_gpu_samples_are_stored_per_gpu(store: Store) -> None:
     assert row.rate_img_s < perf.observed_rate(120, 12_000, 1_500)
 
 
+def test_a_sample_is_stored_as_the_gpus_rate_and_predicts_its_own_machine_and_a_bigger_one(store: Store) -> None:
+    # yolov9-s on an A10G: 4 vCPUs feed less than the GPU takes (the prior is loader-bound), 32 feed it all.
+    spec = make_spec()
+    batch = perf.estimate(spec, "A10G").physical_batch
+    assert batch is not None
+    share = perf_rates.loader_share("yolov9-s", "A10G", 640, 4, 1, batch)
+    assert share < 1 and perf_rates.loader_share("yolov9-s", "A10G", 640, 32, 1, batch) == 1
+    small = perf.estimate(spec, "A10G", vcpus=4)
+    assert small.epoch_hours is not None
+    epoch = small.epoch_hours * 3600 * 1.3  # the job runs 30% slower than its prior on the 4-vCPU machine
+    with store.session() as s:
+        job, attempt = seed(s, spec, instance_type="g5.xlarge")
+        inst = s.get(InstanceRow, attempt.instance_id)
+        assert inst is not None
+        row = record_epochs(s, job=job, attempt=attempt, instance=inst, epochs_before=2, epochs_after=3,
+                            since=T0, now=T0 + timedelta(seconds=epoch), vcpus=4)
+    assert row is not None
+    observed = perf.observed_rate(epoch, 12_000, 1_500)
+    assert row.rate_img_s == pytest.approx(observed / share)
+    assert row.epoch_seconds == pytest.approx(epoch)  # what was seen stays as it was seen
+    measured = {("yolov9-s", "A10G", 640): row.rate_img_s}
+    again = perf.estimate(spec, "A10G", vcpus=4, measured=measured).epoch_hours
+    assert again is not None and again * 3600 == pytest.approx(epoch)
+    big = perf.estimate(spec, "A10G", vcpus=32, measured=measured).epoch_hours
+    assert big is not None and big * 3600 == pytest.approx(epoch * share)
+
+
 @pytest.mark.parametrize(
     ("slowdown", "kept"),
     [
