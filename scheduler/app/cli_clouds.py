@@ -152,7 +152,10 @@ def register(app: typer.Typer, providers_app: typer.Typer, settings: Callable[[]
         gpu: Optional[list[str]] = typer.Option(None, help="only these GPUs (repeat the option), e.g. a100, L40S"),
         as_json: bool = typer.Option(False, "--json", help="the table as JSON"),
     ) -> None:
-        """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs."""
+        """The YOLOv9 training-rate table the planner uses: prior or measured, and from how many epochs.
+
+        Rates are the GPU's (as if the data loader kept up); on each machine the planner holds them to what
+        its vCPUs' loader feeds."""
         from scheduler.app.startup import open_store
         from scheduler.lifecycle.perf_learning import perf_table
 
@@ -166,7 +169,7 @@ def register(app: typer.Typer, providers_app: typer.Typer, settings: Callable[[]
         if as_json:
             print_json([r.model_dump(mode="json") for r in rows])
             return
-        table = Table(title="training rate per GPU (images/s)")
+        table = Table(title="training rate per GPU (images/s, where the data loader keeps up)")
         for col in ("model", "GPU", "img", "rate", "source", "samples", "prior", "last measured"):
             table.add_column(col)
         for r in rows:

@@ -75,7 +75,7 @@ class PerfRow(Frozen):
     model: str
     gpu: str
     img_size: int
-    rate_img_s: float  # per GPU: the measured median when source is "measured", else the prior
+    rate_img_s: float  # per GPU and GPU-bound: the measured median when source is "measured", else the prior
     source: Literal["prior", "measured"]
     samples: int  # samples recorded for this key (within max_age); the median reads the newest RECENT
     prior_rate: float  # GPU-bound prior; on a given machine the data loader may cap it lower
