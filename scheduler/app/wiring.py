@@ -25,6 +25,7 @@ from scheduler.errors import UserError
 from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.lifecycle.leadership import Leadership
+from scheduler.lifecycle.perf_learning import rebase_samples
 from scheduler.settings import Settings
 from scheduler.simulation.simagent import SimAgents
 from scheduler.store.database import Store
@@ -50,6 +51,8 @@ def run_daemon(settings: Settings) -> None:
         ScaledClock(settings.sandbox_speedup, since=settings.sandbox_clock_start)
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
+    with store.session() as s:  # samples from before learned rates were the GPU's (migration 0016)
+        rebase_samples(s)
     providers = build_providers(settings, clock)
     bills = build_bill_readers(settings, clock)  # GPUSCHED_BILLS: each month's report reconciles these clouds' bills
     # Real time for the lease even in a sped-up sandbox: it says whether a process is alive.

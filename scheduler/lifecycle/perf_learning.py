@@ -42,7 +42,7 @@ from functools import lru_cache
 from typing import Literal
 
 import structlog
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from providers.catalog import load_catalog
@@ -194,10 +194,40 @@ def record_epochs(
         at=utc(now), job_id=job.id, attempt=attempt.number, model=spec.model, gpu=instance.gpu,
         gpu_count=instance.gpu_count, nodes=nodes, img_size=train.img_size, batch=est.physical_batch,
         train_images=spec.data.train_images, val_images=val_images, epoch_seconds=epoch_seconds,
-        rate_img_s=rate / share, source=source,
+        rate_img_s=rate / share, source=source, loader_share=share,
     )
     session.add(row)
     return row
+
+
+def rebase_samples(session: Session) -> int:
+    """Divide the samples written before migration 0016 (no ``loader_share``) by their machine's share, as
+    ``record_epochs`` divides new ones; returns how many it divided. The daemon's start runs it: once the rows
+    have a share there is nothing left to do, and two daemons starting together divide each row once (the
+    update asks again that it has no share)."""
+    rows = session.execute(
+        select(PerfSampleRow.id, PerfSampleRow.model, PerfSampleRow.gpu, PerfSampleRow.img_size,
+               PerfSampleRow.gpu_count, PerfSampleRow.batch, PerfSampleRow.rate_img_s, InstanceRow.instance_type)
+        .outerjoin(AttemptRow, (AttemptRow.job_id == PerfSampleRow.job_id)
+                   & (AttemptRow.number == PerfSampleRow.attempt))
+        .outerjoin(InstanceRow, InstanceRow.id == AttemptRow.instance_id)
+        .where(PerfSampleRow.loader_share.is_(None))
+    ).all()
+    divided = 0
+    for sample_id, model, gpu, img_size, gpu_count, batch, rate, instance_type in rows:
+        vcpus = catalog_vcpus(instance_type) if instance_type else None
+        try:
+            share = prior_rate(model, gpu, img_size, vcpus=vcpus, gpu_count=gpu_count, batch=batch) \
+                / prior_rate(model, gpu, img_size)
+        except UserError:  # a GPU or model this version does not know: its rate is read by nothing
+            share = 1.0
+        done = session.execute(
+            update(PerfSampleRow).where(PerfSampleRow.id == sample_id, PerfSampleRow.loader_share.is_(None))
+            .values(rate_img_s=rate / share, loader_share=share))
+        divided += done.rowcount  # type: ignore[attr-defined]
+    if divided:
+        log.info("perf_samples_rebased", samples=divided)
+    return divided
 
 
 def prior_rate(model: str, gpu: str, img_size: int, *, vcpus: int | None = None, gpu_count: int = 1,
@@ -490,6 +520,7 @@ __all__ = [
     "outlier",
     "perf_table",
     "prior_rate",
+    "rebase_samples",
     "record_epochs",
     "report_since",
     "summarise",

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -251,9 +252,10 @@ class PerfSampleRow(Base):
     8 GPUs of one model pool under one (model, gpu, img_size) key, and GPU-bound:
     divided by the share its machine's data loader let through
     (``perf_rates.loader_share``), so samples from 4 and 32 vCPUs pool too.
-    ``epoch_seconds`` is what was observed. Samples written before that rule
-    (before 2026-12-07) are the machine's rate, at or below the GPU's: they
-    age out of each key's newest 20 as new ones arrive.
+    ``loader_share`` is that share (1 where the loader kept up or the machine is
+    not in the catalog); ``epoch_seconds`` is what was observed. Rows written
+    before migration 0016 have no share until the daemon's start divides them
+    (``perf_learning.rebase_samples``).
     """
 
     __tablename__ = "perf_samples"
@@ -275,6 +277,7 @@ class PerfSampleRow(Base):
     epoch_seconds: Mapped[float] = mapped_column()  # one epoch, train + val
     rate_img_s: Mapped[float] = mapped_column()
     source: Mapped[str] = mapped_column(String(16))  # agent | simulated
+    loader_share: Mapped[float | None] = mapped_column(Float)  # migration 0016
 
 
 class BudgetAlertRow(Base):

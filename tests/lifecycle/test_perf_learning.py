@@ -30,6 +30,7 @@ from scheduler.lifecycle.perf_learning import (
     own_rates,
     perf_table,
     prior_rate,
+    rebase_samples,
     record_epochs,
 )
 from scheduler.models import JobSpec, Offer, Price, Stock
@@ -195,6 +196,37 @@ def test_a_sample_is_stored_as_the_gpus_rate_and_predicts_its_own_machine_and_a_
     assert again is not None and again * 3600 == pytest.approx(epoch)
     big = perf.estimate(spec, "A10G", vcpus=32, measured=measured).epoch_hours
     assert big is not None and big * 3600 == pytest.approx(epoch * share)
+
+
+def test_samples_from_before_the_loader_share_are_divided_once_by_their_machines(store: Store) -> None:
+    # Rows migration 0016 found (no loader_share) hold the machine's rate: a 4-vCPU g5.xlarge's is divided by
+    # its share, a machine the catalog does not list keeps its rate (share 1), a new row is left alone.
+    spec = make_spec()
+    assert catalog_vcpus("g5.xlarge") == 4
+    batch = perf.estimate(spec, "A10G").physical_batch
+    assert batch is not None
+    share = perf_rates.loader_share("yolov9-s", "A10G", 640, 4, 1, batch)
+    assert share < 1
+    with store.session() as s:
+        for job_id, instance_type in (("job-000000000001", "g5.xlarge"), ("job-000000000002", "not.in.catalog")):
+            seed(s, spec, job_id=job_id, instance_type=instance_type)
+            s.add(PerfSampleRow(at=T0, job_id=job_id, attempt=1, model="yolov9-s", gpu="A10G", gpu_count=1,
+                                nodes=1, img_size=640, batch=batch, train_images=12_000, val_images=1_500,
+                                epoch_seconds=100.0, rate_img_s=80.0, source="agent", loader_share=None))
+        add_sample(s, 90.0, T0, job_id="job-000000000003")  # no attempt behind it: share 1
+        s.add(PerfSampleRow(at=T0, job_id="job-000000000001", attempt=1, model="yolov9-s", gpu="A10G",
+                            gpu_count=1, nodes=1, img_size=640, batch=batch, train_images=12_000, val_images=1_500,
+                            epoch_seconds=100.0, rate_img_s=70.0, source="agent", loader_share=0.5))
+    with store.session() as s:
+        assert rebase_samples(s) == 3
+    with store.session() as s:
+        assert rebase_samples(s) == 0  # once
+        got = [(r.job_id, r.rate_img_s, r.loader_share) for r in s.scalars(select(PerfSampleRow).order_by(
+            PerfSampleRow.id))]
+    assert got == [("job-000000000001", pytest.approx(80.0 / share), pytest.approx(share)),
+                   ("job-000000000002", 80.0, 1.0),
+                   ("job-000000000003", 90.0, 1.0),
+                   ("job-000000000001", 70.0, 0.5)]  # written with its share: not divided again
 
 
 @pytest.mark.parametrize(

@@ -177,7 +177,7 @@ def test_migration_creates_exactly_the_tables_of_tables_py(any_store: Store) -> 
 
 
 def test_migrate_is_at_head_and_repeatable(any_store: Store) -> None:
-    assert any_store.head() == "0015"
+    assert any_store.head() == "0016"
     any_store.migrate()
     assert any_store.revision() == any_store.head()
 
@@ -339,6 +339,27 @@ def test_budget_alerts_sent_before_0011_stay_the_teams_and_a_downgrade_keeps_the
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT team, threshold_pct FROM budget_alerts")).all() == [("vision", 50)]
     store.dispose()
+def test_perf_samples_before_0016_get_no_loader_share_and_a_downgrade_gives_back_the_machines_rate(
+        tmp_path: Path) -> None:
+    """0016 adds the share a sample's rate was divided by; rows before it have none (the daemon's start divides
+    them, ``perf_learning.rebase_samples``), and a downgrade multiplies the divided ones back."""
+    store = Store(f"sqlite:///{tmp_path / 'old.db'}")
+    store.migrate("0015")
+    insert = ("INSERT INTO perf_samples (at, job_id, attempt, model, gpu, gpu_count, nodes, img_size, batch, "
+              "train_images, val_images, epoch_seconds, rate_img_s, source{share}) VALUES ('2026-11-01 00:00:00', "
+              "'j1', 1, 'yolov9-s', 'A10G', 1, 1, 640, 16, 1000, 0, 10, {rate}, 'agent'{value})")
+    with store.engine.begin() as conn:
+        conn.execute(text(insert.format(share="", rate=100, value="")))
+    store.migrate()
+    with store.engine.begin() as conn:
+        assert conn.execute(text("SELECT rate_img_s, loader_share FROM perf_samples")).one() == (100, None)
+        conn.execute(text(insert.format(share=", loader_share", rate=120, value=", 0.5")))
+    store.downgrade("0015")
+    with store.engine.connect() as conn:
+        assert sorted(conn.execute(text("SELECT rate_img_s FROM perf_samples")).scalars()) == [60, 100]
+    store.dispose()
+
+
 def test_the_ledgers_search_for_unaccounted_intervals_uses_their_index(store: Store) -> None:
     # ledger.account runs every tick; without the partial index (migration 0013) SQLite scans every
     # interval the store ever kept.
