@@ -49,7 +49,7 @@ from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.gpus import GPUS
 from scheduler.jobs import perf, perf_rates
-from scheduler.jobs.perf_priors import VARIANTS
+from scheduler.jobs.perf_priors import VARIANTS, WORKERS
 from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
 from scheduler.planner.inputs import OwnRates
 from scheduler.states import AttemptState, JobState
@@ -188,8 +188,7 @@ def record_epochs(
         log.info("perf_sample_dropped", reason=why, rate_img_s=round(rate, 2), prior_img_s=round(prior, 2),
                     **context)
         return None
-    # The prior over the GPU-bound prior is the machine's loader share (1 without vCPUs or a batch).
-    share = prior / prior_rate(spec.model, instance.gpu, train.img_size)
+    share = machine_share(spec.model, instance.gpu, train.img_size, vcpus, instance.gpu_count, est.physical_batch)
     row = PerfSampleRow(
         at=utc(now), job_id=job.id, attempt=attempt.number, model=spec.model, gpu=instance.gpu,
         gpu_count=instance.gpu_count, nodes=nodes, img_size=train.img_size, batch=est.physical_batch,
@@ -217,8 +216,7 @@ def rebase_samples(session: Session) -> int:
     for sample_id, model, gpu, img_size, gpu_count, batch, rate, instance_type in rows:
         vcpus = catalog_vcpus(instance_type) if instance_type else None
         try:
-            share = prior_rate(model, gpu, img_size, vcpus=vcpus, gpu_count=gpu_count, batch=batch) \
-                / prior_rate(model, gpu, img_size)
+            share = machine_share(model, gpu, img_size, vcpus, gpu_count, batch)
         except UserError:  # a GPU or model this version does not know: its rate is read by nothing
             share = 1.0
         done = session.execute(
@@ -228,6 +226,15 @@ def rebase_samples(session: Session) -> int:
     if divided:
         log.info("perf_samples_rebased", samples=divided)
     return divided
+
+
+def machine_share(model: str, gpu: str, img_size: int, vcpus: int | None, gpu_count: int,
+                  batch: int | None) -> float:
+    """``perf_rates.loader_share`` of the machine a sample ran on: 1 where its vCPUs are unknown (the prior
+    then is the GPU-bound rate too, ``prior_rate``), YOLOv9's default workers where its batch is."""
+    if vcpus is None:
+        return 1.0
+    return perf_rates.loader_share(model, gpu, img_size, vcpus, gpu_count, WORKERS if batch is None else batch)
 
 
 def prior_rate(model: str, gpu: str, img_size: int, *, vcpus: int | None = None, gpu_count: int = 1,
@@ -516,6 +523,7 @@ __all__ = [
     "catalog_vcpus",
     "learn",
     "learn_from_progress",
+    "machine_share",
     "measured_rates",
     "outlier",
     "perf_table",
