@@ -49,7 +49,7 @@ from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.gpus import GPUS
 from scheduler.jobs import perf, perf_rates
-from scheduler.jobs.perf_priors import VARIANTS, WORKERS
+from scheduler.jobs.perf_priors import VARIANTS
 from scheduler.models import Frozen, JobSpec, Kind, TrainSpec
 from scheduler.planner.inputs import OwnRates
 from scheduler.states import AttemptState, JobState
@@ -230,11 +230,10 @@ def rebase_samples(session: Session) -> int:
 
 def machine_share(model: str, gpu: str, img_size: int, vcpus: int | None, gpu_count: int,
                   batch: int | None) -> float:
-    """``perf_rates.loader_share`` of the machine a sample ran on: 1 where its vCPUs are unknown (the prior
-    then is the GPU-bound rate too, ``prior_rate``), YOLOv9's default workers where its batch is."""
-    if vcpus is None:
-        return 1.0
-    return perf_rates.loader_share(model, gpu, img_size, vcpus, gpu_count, WORKERS if batch is None else batch)
+    """``perf_rates.loader_share`` of the machine a sample ran on: its ``prior_rate`` over the GPU-bound one
+    (1 where its vCPUs are unknown)."""
+    return prior_rate(model, gpu, img_size, vcpus=vcpus, gpu_count=gpu_count, batch=batch) \
+        / perf_rates.gpu_bound_rate(model, gpu, img_size)
 
 
 def prior_rate(model: str, gpu: str, img_size: int, *, vcpus: int | None = None, gpu_count: int = 1,
