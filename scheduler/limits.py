@@ -19,6 +19,8 @@ budget                 > 0 and <= 1,000,000        in the job's currency (CNY or
 relative deadline      <= 366 days ("8784h")
 absolute deadline      <= 366 days after submit;   and always between 2000 and 2200, so every time
                        years 2000-2200             computed from it fits the clock
+a trace's submissions  years 2000-2200;            the simulator steps through the quiet hours
+                       a span of <= 366 days       between them too: years would take hours
 =====================  ==========================  ===============================================
 """
 

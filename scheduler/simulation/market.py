@@ -14,6 +14,7 @@ market; the longest matching key wins, and a market no key names keeps the catal
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from pydantic import Field, field_validator
@@ -74,8 +75,12 @@ def _check(key: str, factor: float) -> None:
         raise ValueError(f"the reclaim factor of {key!r} must be between 0 and {MAX_RECLAIM_SCALE:g}, not {factor}")
 
 
-def parse_reclaim_scale(text: str) -> MarketSpec:
-    """``"2"`` (every market) or ``"aws=2,alibaba/cn-hangzhou=0.5"``; a clear ``UserError`` otherwise."""
+def parse_reclaim_scale(text: str, offers: Sequence[Offer] | None = None) -> MarketSpec:
+    """``"2"`` (every market) or ``"aws=2,alibaba/cn-hangzhou=0.5"``; a clear ``UserError`` otherwise.
+
+    ``offers`` (the catalog the trace is made for): a market none of them is in is refused, as a typo
+    (``asw=2``) would otherwise leave every rate as it was without a word."""
+    markets = {"/".join(o.key.split("/")[:n]) for o in offers or () for n in range(1, 5)}
     scales: dict[str, float] = {}
     for item in (p.strip() for p in text.split(",")):
         if not item:
@@ -92,6 +97,10 @@ def parse_reclaim_scale(text: str) -> MarketSpec:
             _check(key, factor)
         except ValueError as exc:
             raise UserError(f"--reclaim-scale: {exc}", fix=_FIX) from None
+        if markets and key != "*" and key not in markets:
+            close = difflib.get_close_matches(key, sorted(markets), n=3)
+            raise UserError(f"--reclaim-scale: no offer of the catalog is in market {key!r}"
+                            + (f"; did you mean {' or '.join(map(repr, close))}?" if close else ""), fix=_FIX)
         scales[key] = factor
     if not scales:
         raise UserError("--reclaim-scale is empty", fix=_FIX)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable
 
@@ -22,6 +22,7 @@ from pydantic import AwareDatetime, ValidationError
 
 from scheduler.errors import JobFileError, UserError
 from scheduler.jobs.jobfile import parse_job, submit_problems
+from scheduler.limits import EARLIEST_TIME, LATEST_TIME
 from scheduler.models import Frozen, JobSpec
 from scheduler.simulation.market import MarketSpec
 
@@ -29,6 +30,7 @@ __all__ = ["TraceEntry", "dump_trace", "entry_json", "load_trace", "load_trace_m
 
 
 MAX_TRACE_BYTES = 256 << 20
+MAX_SPAN = timedelta(days=366)  # from a trace's first submission to its last
 
 
 class TraceEntry(Frozen):
@@ -72,6 +74,7 @@ def load_trace_market(path: str | Path) -> tuple[list[TraceEntry], MarketSpec]:
     except UnicodeDecodeError:
         raise UserError(f"{p}: is not UTF-8 text", fix="a trace is JSON lines in UTF-8") from None
     entries: list[TraceEntry] = []
+    lines: list[int] = []  # each entry's line number
     market = None
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -80,6 +83,17 @@ def load_trace_market(path: str | Path) -> tuple[list[TraceEntry], MarketSpec]:
             market = _market(line, f"{p}: line {n}")
             continue
         entries.append(_entry(line, f"{p}: line {n}"))
+        lines.append(n)
+    if not entries:
+        raise UserError(f"{p}: holds no jobs", fix=_LINE_FIX + "; one line per job")
+    first = min(range(len(entries)), key=lambda k: entries[k].at)
+    last = max(range(len(entries)), key=lambda k: entries[k].at)
+    if entries[last].at - entries[first].at > MAX_SPAN:
+        days = (entries[last].at - entries[first].at).days
+        # A simulation steps through the quiet hours between submissions too: years of them would run for hours.
+        raise UserError(f"{p}: its jobs are submitted over {days:,} days (line {lines[first]} to line "
+                        f"{lines[last]}); a trace may span at most {MAX_SPAN.days} days",
+                        fix="split it into traces of a month or a few (check the dates of those lines)")
     return entries, market or MarketSpec()
 
 
@@ -142,6 +156,9 @@ def _at(value: object, where: str) -> datetime:
         raise UserError(f"{where}: at: {value!r} is not an ISO time", fix=fix) from None
     if at.tzinfo is None:
         raise UserError(f"{where}: at: {value!r} has no UTC offset", fix=fix)
+    if not EARLIEST_TIME.year <= at.year < LATEST_TIME.year:  # the written year: year 9999 -05:00 overflows in UTC
+        raise UserError(f"{where}: at: {value!r} is outside the years {EARLIEST_TIME.year}-{LATEST_TIME.year - 1}, "
+                        "the times gpusched computes with", fix=fix)
     return at
 
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 from providers.catalog import load_catalog
 from scheduler.errors import UserError
 from scheduler.jobs.jobfile import parse_job
+from scheduler.limits import EARLIEST_TIME, LATEST_TIME
 from scheduler.models import JobSpec, Kind, Offer
 from scheduler.money import CURRENCIES, FxRates
 from scheduler.planner.allowed import OfferFilter
@@ -101,6 +102,8 @@ _INFER_GPUS = ("T4", "A10", "L4", "A10G")
 _ENGINE_GPUS = ("T4", "A10", "L4", "A10G")  # what the site servers run; a TensorRT engine is per GPU model
 
 # The rate of each stream at scale 1, per team.
+MAX_JOBS = 100_000  # ten stress months; a month of a busy cluster is a few thousand
+_TOO_MANY_FIX = "fewer teams or jobs (the stress month has 9,820 jobs of 12 teams)"
 _PROJECTS_PER_TEAM = 2.0  # each retrains weekly, then validates and exports
 _PIPELINES_PER_TEAM = 1.0  # each runs every night
 _EXPERIMENTS_PER_WEEKDAY = 3.6
@@ -183,6 +186,9 @@ def _month_days(month: str) -> list[date]:
         first = datetime.strptime(month, "%Y-%m").date()
     except ValueError:
         raise UserError(f"month {month!r} is not YYYY-MM", fix="e.g. 2026-11") from None
+    if not EARLIEST_TIME.year <= first.year < LATEST_TIME.year - 1:  # its deadlines run up to a year past it
+        raise UserError(f"month {month!r} is outside the years {EARLIEST_TIME.year}-{LATEST_TIME.year - 2}, the "
+                        "times gpusched computes with (a job's deadline a year on included)", fix="e.g. 2026-11")
     return [first.replace(day=d) for d in range(1, calendar.monthrange(first.year, first.month)[1] + 1)]
 
 
@@ -199,6 +205,8 @@ def scale_for_jobs(jobs: int, teams: int, month: str = "2026-11", fam: Family = 
     """The scale at which ``teams`` teams submit about ``jobs`` jobs in ``month``."""
     if jobs < 1:
         raise UserError("a trace needs at least one job", fix="e.g. --jobs 400")
+    if jobs > MAX_JOBS:
+        raise UserError(f"a trace holds at most {MAX_JOBS:,} jobs, not {jobs:,}", fix=_TOO_MANY_FIX)
     lo, hi = 0.01, 1000.0
     for _ in range(60):  # bisection: the count only grows with the scale
         mid = (lo + hi) / 2
@@ -512,9 +520,15 @@ def generate_month(
     """
     if teams < 1:
         raise UserError("a trace needs at least one team", fix="e.g. teams=3")
-    if scale <= 0:
-        raise UserError("the scale must be positive", fix="e.g. scale=1.0")
+    if not 0 < scale < math.inf:
+        raise UserError("the scale must be a positive number", fix="e.g. scale=1.0")
     days = _month_days(month)
+    about = expected_jobs(teams, scale, month, fam)
+    # Before any is made: a typo's millions of jobs took minutes, then an over-large file. With a margin for
+    # ``scale_for_jobs``, whose scale for the most jobs a trace holds comes out a little over it.
+    if about > 1.05 * MAX_JOBS:
+        raise UserError(f"{teams:,} teams at scale {scale:g} would submit about {about:,.0f} jobs; a trace holds "
+                        f"at most {MAX_JOBS:,}", fix=_TOO_MANY_FIX)
     first = days[0]
     month_end = datetime(first.year, first.month, 1, tzinfo=timezone.utc) + timedelta(days=len(days))
     offers = offers if offers is not None else load_catalog()
@@ -561,7 +575,8 @@ def main(argv: Sequence[str] | None = None, progress: Callable[[int, int], None]
         fam = family(args.family)
         scale = args.scale if args.scale is not None else (
             scale_for_jobs(args.jobs, args.teams, args.month, fam) if args.jobs is not None else 1.0)
-        market = parse_reclaim_scale(args.reclaim_scale) if args.reclaim_scale is not None else MarketSpec()
+        market = (parse_reclaim_scale(args.reclaim_scale, load_catalog()) if args.reclaim_scale is not None
+                  else MarketSpec())
         entries = generate_month(args.seed, args.month, args.teams, scale, fam=fam, progress=progress)
         dump_trace(entries, args.out, market)
     except UserError as exc:

@@ -51,6 +51,18 @@ def test_a_bad_reclaim_scale_is_a_user_error_with_the_form(text: str, expected: 
     assert expected in err.value.message and "aws=2" in (err.value.fix or "")
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("asw=2", "no offer of the catalog is in market 'asw'; did you mean 'aws'"),
+    ("aws/us-eest-1=2", "did you mean 'aws/us-east-1'"),
+    ("gcp=2", "no offer of the catalog is in market 'gcp'"),
+])
+def test_a_market_no_offer_is_in_is_refused_as_a_typo(text: str, expected: str) -> None:
+    # Against the catalog: a typo would otherwise leave every rate as it was without a word.
+    with pytest.raises(UserError, match=expected):
+        parse_reclaim_scale(text, load_catalog())
+    assert parse_reclaim_scale("aws/us-east-1=2,alibaba=0.5,*=1", load_catalog()).reclaim_scale["alibaba"] == 0.5
+
+
 def test_the_market_goes_first_in_the_trace_and_loads_back(tmp_path: Path) -> None:
     out = tmp_path / "m.jsonl"
     assert main(["--seed", "3", "--teams", "1", "--scale", "0.1", "--out", str(out)]) == 0

@@ -85,6 +85,8 @@ def _with_policy(**policy: Any) -> dict[str, Any]:
         (json.dumps({"at": "2026-11-02T09:00:00", "job": GOOD_JOB}), "line 2: at: '2026-11-02T09:00:00' has no UTC"),
         (json.dumps({"at": "yesterday", "job": GOOD_JOB}), "line 2: at: 'yesterday' is not an ISO time"),
         (json.dumps({"at": 1700000000, "job": GOOD_JOB}), "line 2: at: must be a time string"),
+        (json.dumps({"at": "9999-12-31T23:59:00-05:00", "job": GOOD_JOB}), "is outside the years 2000-2199"),
+        (json.dumps({"at": "0001-01-01T00:00:00+00:00", "job": GOOD_JOB}), "is outside the years 2000-2199"),
         (json.dumps({"at": "2026-11-02T09:00:00+08:00", "job": _with_policy(budget="800")}),
          "line 2: 1 problem(s)\n  policy.budget"),
         (json.dumps({"at": "2026-11-02T09:00:00+08:00", "job": {**GOOD_JOB, "kind": "trian", "model": "yolo"}}),
@@ -128,6 +130,26 @@ def test_an_unreadable_trace_file_is_a_user_error(tmp_path: Path, name: str, con
         path.write_bytes(content)
     with pytest.raises(UserError, match=expected):
         load_trace(path)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", '{"market": {"reclaim_scale": {"aws": 2.0}}}\n'])
+def test_a_trace_without_jobs_is_a_user_error(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UserError, match="holds no jobs"):
+        load_trace(path)
+
+
+def test_a_trace_spanning_more_than_a_year_names_its_first_and_last_lines(tmp_path: Path) -> None:
+    # Simulated, the quiet years between two such submissions would be stepped through six hours at a time.
+    path = tmp_path / "years.jsonl"
+    lines = [json.dumps({"at": at, "job": GOOD_JOB}) for at in
+             ("2026-11-02T09:00:00+08:00", "2031-11-02T09:00:00+08:00", "2026-11-01T09:00:00+08:00")]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"over 1,827 days \(line 3 to line 2\); a trace may span at most 366"):
+        load_trace(path)
+    path.write_text("\n".join(lines[::2]) + "\n", encoding="utf-8")
+    assert len(load_trace(path)) == 2  # a day apart: fine
 
 
 # --- the generator -----------------------------------------------------------------------
@@ -224,12 +246,22 @@ def test_scale_for_jobs_inverts_the_expected_count() -> None:
         assert expected_jobs(teams, scale_for_jobs(jobs, teams)) == pytest.approx(jobs, rel=0.02)
     with pytest.raises(UserError):
         scale_for_jobs(0, 3)
+    with pytest.raises(UserError, match="at most 100,000 jobs, not 99,999,999,999"):
+        scale_for_jobs(99_999_999_999, 3)
+    # The most a trace holds is asked for as any other count (its scale comes out a hair over it).
+    assert expected_jobs(12, scale_for_jobs(100_000, 12)) == pytest.approx(100_000, rel=0.01)
 
 
 @pytest.mark.parametrize(("args", "expected"), [
     ({"month": "November"}, "is not YYYY-MM"),
+    ({"month": "9999-12"}, "outside the years 2000-2198"),  # was an OverflowError
+    ({"month": "2199-06"}, "outside the years 2000-2198"),  # its deadlines would fall in 2200
     ({"teams": 0}, "at least one team"),
-    ({"scale": 0}, "must be positive"),
+    ({"scale": 0}, "must be a positive number"),
+    ({"scale": float("nan")}, "must be a positive number"),
+    # Refused before a job is made: 100,000 teams ran for minutes towards millions of jobs.
+    ({"teams": 100_000}, r"100,000 teams at scale 1 would submit about 13,131,429 jobs; a trace holds at most"),
+    ({"teams": 12, "scale": 80.0}, "a trace holds at most 100,000"),
 ])
 def test_generator_arguments_are_checked(args: dict[str, Any], expected: str) -> None:
     with pytest.raises(UserError, match=expected):
