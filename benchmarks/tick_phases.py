@@ -1,7 +1,7 @@
 """Where a simulated month's CPU goes, phase by phase of the tick (issue 17, item 4: the simulator's speed).
 
 Usage:  .venv/bin/python benchmarks/tick_phases.py [--trace FILE] [--jobs 1000] [--policy gpusched]
-                                                   [--seed 1] [--tick-seconds 60] [--by-library]
+                                                   [--seed 1] [--tick-seconds 60] [--by-library | --triggers]
 
 Runs ``gpusched simulate`` (no lower bound) over the first N jobs of a trace (default: the stress month),
 timing each phase of ``lifecycle.tick`` and the simulator's own steps (the simulated agents, the event
@@ -17,6 +17,11 @@ is what a tick that visits only what changed would save.
 summed by the package its file is in (SQLAlchemy by module, ours by package, SQLite's C calls apart).
 cProfile's cost per call inflates code made of many small calls (the ORM is): read the shares as an order,
 not as the seconds each part would take without the profiler.
+
+``--triggers``: instead of the phases, why each tick ran: what the simulator's jump landed on (a submission, a
+cloud event such as a boot or a reclaim, a job's end, the steering rule's look-again time, an idle machine's stop
+or a stopped one's retirement, or only the re-plan of waiting work a minute on), and whether the tick launched or
+reused a machine. A tick that landed on nothing but a re-plan is one a tick driven by changes alone would skip.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import cProfile
 import json
 import pstats
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +106,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tick-seconds", type=float, default=60.0)
     ap.add_argument("--by-library", action="store_true", help="where the CPU goes by library (cProfile)")
+    ap.add_argument("--triggers", action="store_true", help="why each tick ran, and whether it launched")
     args = ap.parse_args()
     configure_logging("console", "warning")
     entries, market = load_trace_market(args.trace)
@@ -109,6 +116,9 @@ def main() -> None:
     settings = Settings(_env_file=None, cluster="sim", sandbox_seed=args.seed, tick_seconds=args.tick_seconds)
     if args.by_library:
         by_library(subs, args.policy, args.seed, settings, market)
+        return
+    if args.triggers:
+        triggers(subs, args.policy, args.seed, settings, market)
         return
     meter = Meter()
     store_init = Store.__init__
@@ -167,6 +177,53 @@ def by_library(subs: list, policy: str, seed: int, settings: Settings, market: A
     print("by library: " + ", ".join(f"{k} {v / total:.1%}" for k, v in ranked))
     for group, seconds in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
         print(f"{group:40} {seconds:8.2f} {seconds / total:7.1%}")
+
+
+def triggers(subs: list, policy: str, seed: int, settings: Settings, market: Any) -> None:
+    """Count the ticks by what was due at each (``--triggers``; see the module doc)."""
+    cadence = timedelta(seconds=settings.tick_seconds)
+    due = {"now": "start"}  # what the next tick lands on, set when the simulator picks it
+    counts: Counter[tuple[str, bool]] = Counter()
+    next_event = simulate._next_event
+
+    def labelled(now: datetime, next_submission: datetime | None, clouds: dict, agents: SimAgents, *rest: Any
+                 ) -> datetime:
+        nxt = next_event(now, next_submission, clouds, agents, *rest)
+        at = max(nxt, now + cadence)  # the tick handles everything due by then (``simulate``)
+        look_again_by = rest[-1]
+        cloud_events = [x for x in (c.next_event_after(now) for c in clouds.values()) if x is not None]
+        found = [name for name, t in (
+            ("submission", next_submission), ("steering", look_again_by),
+            ("cloud", min(cloud_events, default=None)), ("job end", agents.next_event_after(now)))
+            if t is not None and t <= at]
+        if not found:
+            found = ["re-plan only" if nxt == now + simulate.REPLAN else "idle stop or retire"]
+        due["now"] = " + ".join(found)
+        return nxt
+
+    plan_and_act = tick.plan_and_act
+
+    def counted(ctx: Any, now: datetime, report: Any) -> Any:
+        before = report.launched + report.reused
+        try:
+            return plan_and_act(ctx, now, report)
+        finally:
+            counts[(due["now"], report.launched + report.reused > before)] += 1
+
+    simulate._next_event = labelled  # type: ignore[assignment]
+    tick.plan_and_act = counted  # type: ignore[assignment]
+    summary = simulate.simulate(subs, policy=policy, seed=seed, settings=settings, market=market)
+    print(f"{len(subs)} jobs, {summary.ticks:,} ticks, {summary.total_cost} {summary.currency}")
+    by_due: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for (what, launched), n in counts.items():
+        by_due[what][0] += n
+        by_due[what][1] += n if launched else 0
+    print(f"{'due at the tick':40} {'ticks':>7} {'share':>6} {'launched or reused':>18}")
+    for what, (n, launched) in sorted(by_due.items(), key=lambda kv: -kv[1][0]):
+        print(f"{what:40} {n:7,} {n / summary.ticks:6.1%} {launched:18,}")
+    print(json.dumps({"benchmark": "tick_triggers", "jobs": len(subs), "ticks": summary.ticks,
+                      "total_cost": str(summary.total_cost),
+                      "due": {k: {"ticks": v[0], "launched": v[1]} for k, v in by_due.items()}}))
 
 
 def _where(path: str, name: str) -> str:
