@@ -17,7 +17,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from scheduler.gpus import canonical_gpu
-from scheduler.limits import MAX_DEADLINE_AHEAD, budget_problem, deadline_time_problem, duration_problem
+from scheduler.limits import (
+    MAX_DEADLINE_AHEAD,
+    MAX_RESERVED_COUNT,
+    budget_problem,
+    deadline_time_problem,
+    duration_problem,
+)
 from scheduler.money import Money
 from scheduler.times import utc
 
@@ -292,7 +298,7 @@ class ReservedCapacity(Frozen):
     region: str
     zone: str | None = None
     instance_type: str
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_RESERVED_COUNT)  # the planner holds a slot per free machine (``limits``)
     until: datetime
     start: datetime | None = None  # when the term began; needed to spread an upfront fee over it
     upfront_fee: Money | None = None

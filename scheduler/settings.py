@@ -416,10 +416,11 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"][:1])  # the variable; deeper parts name JSON keys
+            field, *inside = err["loc"] or ("",)  # the variable, then where in its JSON: [0].count
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inside)
             # A check across settings has no one variable: its message names them.
             message = err["msg"].removeprefix("Value error, ")
-            lines.append(f"GPUSCHED_{field.upper()}: {err['msg']}" if field else message)
+            lines.append(f"GPUSCHED_{str(field).upper()}{where}: {message}" if field else message)
         raise SettingsError("invalid settings: " + "; ".join(lines), fix="see .env.example") from None
     except PydanticSettingsError as exc:  # a value that is not valid JSON where JSON is expected
         raise SettingsError(f"invalid settings: {exc}", fix="lists and maps are JSON; see .env.example") from None

@@ -264,7 +264,7 @@ def test_the_report_reads_reservation_terms_and_dated_rates_from_the_environment
         ({"GPUSCHED_FX_USD_CNY_BY_MONTH": '{"2026-11": "-1"}'}, "must be above 0"),
         ({"GPUSCHED_RESERVED": '[{"provider": "aws", "region": "r", "instance_type": "t", "count": 1, '
                                '"until": "2027-01-01T00:00:00Z", "upfront_fee": "9 CNY"}]'},
-         "GPUSCHED_RESERVED: .*needs the term's start"),
+         r"GPUSCHED_RESERVED\[0\]: an upfront_fee needs the term's start"),
     ],
 )  # fmt: skip
 def test_bad_report_settings_name_the_setting(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], match: str) -> None:

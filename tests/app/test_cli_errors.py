@@ -168,6 +168,10 @@ def test_demo_out_at_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_TEAM_BUDGETS": "{not json"}, ["team_budgets", "JSON"]),
     ({"GPUSCHED_FX_USD_CNY": "7", "GPUSCHED_REPORT_CURRENCY": "EUR", "GPUSCHED_API_PORT": "0"},
      ["GPUSCHED_REPORT_CURRENCY", "GPUSCHED_API_PORT"]),
+    # A slot per free reserved machine every tick: a billion of them stopped the daemon. The place in the JSON.
+    ({"GPUSCHED_RESERVED": '[{"provider": "aws", "region": "us-east-1", "instance_type": "g5.xlarge", '
+                           '"count": 1000000000, "until": "2027-11-01T00:00:00Z"}]'},
+     ["GPUSCHED_RESERVED[0].count:", "less than or equal to 1000"]),
 ])
 def test_settings_out_of_range_are_one_line_naming_the_variable(env: dict[str, str], names: list[str]) -> None:
     r = run("plan", str(JOB), env=env)
