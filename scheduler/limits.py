@@ -21,6 +21,9 @@ absolute deadline      <= 366 days after submit;   and always between 2000 and 2
                        years 2000-2200             computed from it fits the clock
 a trace's submissions  years 2000-2200;            the simulator steps through the quiet hours
                        a span of <= 366 days       between them too: years would take hours
+a job's estimated run  <= 366 days on a setup      a longer one is no option: 10,000 epochs of 100
+                       (one GPU model, count,      million images at 2048 px planned a finish past
+                       nodes)                      the clock's last year
 a reservation's count  <= 1,000 machines           the planner holds a slot per free machine, every
                        (``GPUSCHED_RESERVED``)     tick: a typo's billion stopped the daemon
 =====================  ==========================  ===============================================
@@ -33,7 +36,8 @@ from decimal import Decimal
 
 __all__ = [
     "EARLIEST_TIME", "LATEST_TIME", "MAX_BUDGET", "MAX_BUDGET_PLACES", "MAX_DEADLINE_AHEAD", "MAX_DEPTH",
-    "MAX_FILE_BYTES", "MAX_INT_DIGITS", "MAX_LIST_ITEMS", "MAX_NODES", "MAX_RESERVED_COUNT", "MAX_TEXT_CHARS",
+    "MAX_FILE_BYTES", "MAX_INT_DIGITS", "MAX_LIST_ITEMS", "MAX_NODES", "MAX_RESERVED_COUNT", "MAX_RUN",
+    "MAX_TEXT_CHARS",
     "budget_problem", "deadline_time_problem", "duration_problem",
 ]
 
@@ -47,6 +51,7 @@ MAX_BUDGET = Decimal(1_000_000)
 MAX_BUDGET_PLACES = 8
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 MAX_RESERVED_COUNT = 1_000
+MAX_RUN = timedelta(days=366)
 EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
 LATEST_TIME = datetime(2200, 1, 1, tzinfo=timezone.utc)
 

@@ -40,6 +40,7 @@ from typing import Literal, NamedTuple
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
 from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
+from scheduler.limits import MAX_RUN
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
@@ -47,8 +48,8 @@ from scheduler.planner.allowed import OfferFilter
 from scheduler.planner.book import CandidateBook, Filter, Group, Line, Member, Rank, RankedLines, Tail
 from scheduler.planner.inputs import PlanJob, own_first
 
-BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "deadline", "spot_risk", "budget",
-                      "reservation"]
+BlockerKind = Literal["stock", "avoid", "taken", "estimate", "memory", "too_long", "deadline", "spot_risk",
+                      "budget", "reservation"]
 _TRANSIENT = frozenset({"stock", "avoid", "taken"})  # waiting can clear these; the rest it cannot
 _ZERO_HOURS = Decimal(repr(0.0))  # Timing.hours_dec of no hours
 _HUNDRED = Decimal(100)  # a cost to the cent x 100: its whole number of cents (``Prefix.cents``)
@@ -78,6 +79,7 @@ class Blocker:
     kind: BlockerKind
     text: str
     holder: str | None = None  # "taken": the job the slot went to
+    hours: float | None = None  # "too_long": the estimate's hours
 
     @property
     def transient(self) -> bool:
@@ -397,6 +399,10 @@ class Scorer:
             est: Figures | str = figures(g.gpu, g.gpu_count, g.vcpus)
         except UserError as exc:
             est = _unsized(exc)
+        else:
+            if type(est) is Figures and est.fits and est.hours > _MAX_RUN_HOURS:
+                est = _TooLong(est.hours, f"~{est.hours / 24:,.0f} days on {g.gpu_count}x {g.gpu}"
+                               + (f" x {self._nodes} nodes" if self._nodes > 1 else ""))
         self._estimates[key] = est
         return est
 
@@ -518,7 +524,10 @@ class Scorer:
 
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
-        if isinstance(est, str):
+        if isinstance(est, _TooLong):
+            blocker = Blocker("too_long", f"would run {est}; a job may run at most {MAX_RUN.days} days",
+                              hours=est.hours)
+        elif isinstance(est, str):
             blocker = Blocker("estimate", est)
         else:
             blocker = Blocker("memory", est.why_not or f"does not fit in {g.gpu} memory")
@@ -612,6 +621,22 @@ def float_cents(v: float) -> int | None:
         if -m < v - k < m:
             return k
     return None
+
+
+class _TooLong(str):
+    """An estimate past ``limits.MAX_RUN`` (its days and setup, and its ``hours``): no option, as a setup the job
+    does not fit, since its finish, with spot's reclaims and a deadline's bad case on top, could pass the last
+    time the clock holds."""
+
+    hours: float
+
+    def __new__(cls, hours: float, text: str) -> _TooLong:
+        self = super().__new__(cls, text)
+        self.hours = hours
+        return self
+
+
+_MAX_RUN_HOURS = MAX_RUN.total_seconds() / 3600
 
 
 def _unsized(exc: UserError) -> str:

@@ -16,6 +16,7 @@ from decimal import Decimal
 import pytest
 
 from scheduler.jobs.perf import estimate
+from scheduler.limits import MAX_RUN
 from scheduler.models import Capacity, JobSpec, Offer, Price, Stock
 from scheduler.money import FxRates, Money
 from scheduler.planner import cost
@@ -480,6 +481,29 @@ def test_gpu_memory_refusal(gpus: tuple[str, ...] | None, offer_gpus: tuple[str,
     assert d.action == "refuse"
     assert "GiB" in d.reason and fix in d.reason
     assert all(not o.feasible for o in d.alternatives)
+
+
+@pytest.mark.parametrize("deadline_h", [None, 24.0 * 400])
+def test_a_run_past_a_year_is_no_option_and_a_refusal_names_the_fastest(deadline_h: float | None) -> None:
+    # Each field within its bound, together some 30,000 years on one T4: the finish time, reclaims and a
+    # deadline's bad case on top, was past the clock's last year (an OverflowError in `gpusched plan`).
+    big = {"model": "yolov9-c", "epochs": 10_000, "images": 100_000_000, "img_size": 1280}
+    offers = [make_offer("g4dn.xlarge", gpu="T4"), make_offer("p4d.24xlarge", gpu="A100-40G", gpu_count=8)]
+    d = decide(make_job(deadline_h=deadline_h, gpus=("T4", "A100-40G"), gpu_count=8, **big), offers)
+    assert d.action == "refuse"
+    fastest = estimate(make_spec(**big, gpu_count=8), "A100-40G", 8, 8).hours / 24
+    assert fastest > MAX_RUN.days
+    assert d.reason.startswith(f"the job would run ~{fastest:,.0f} days on 8x A100-40G; a job may run at most 366 "
+                               "days: use fewer epochs or images"), d.reason
+    assert all(not o.feasible for o in d.alternatives)
+    # Where one setup runs within the year, the others are no option, and say why.
+    small = {**big, "epochs": 120, "images": 1_000_000}
+    assert estimate(make_spec(**small), "T4").hours > MAX_RUN.days * 24 > estimate(make_spec(**small), "A10G").hours
+    d = decide(make_job(gpus=("T4", "A10G"), **small), [make_offer("g4dn.xlarge", gpu="T4"), make_offer()])
+    assert d.action == "launch" and d.choice is not None and d.choice.gpu == "A10G"
+    assert all(o.feasible == (o.gpu == "A10G") for o in d.alternatives)
+    assert {o.why for o in d.alternatives if o.gpu == "T4"} == {
+        "would run ~486 days on 1x T4; a job may run at most 366 days"}
 
 
 @pytest.mark.parametrize(
