@@ -171,3 +171,23 @@ def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path: Path, command:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     assert says in " ".join(r.stderr.split())
+
+
+# Every count of a training job at its bound: each value is allowed, together a run of thousands of years.
+AT_THE_BOUNDS = (EXAMPLE.replace("model: yolov9-s", "model: yolov9-e")
+                 .replace("train_images: 12000", "train_images: 100000000")
+                 .replace("val_images: 1500", "val_images: 10000000")
+                 .replace("epochs: 100", "epochs: 10000").replace("img_size: 640", "img_size: 2048")
+                 .replace("batch: 64 ", "batch: 1024 ").replace("deadline: \"36h\"", "deadline: \"8784h\""))
+
+
+@pytest.mark.parametrize(("gpus", "count"), [("[A10G]", 1), ("[H100]", 8), ("[T4, L4, A10G, A100-80G, H100]", 1)])
+def test_a_job_at_every_bound_is_refused_for_its_length_not_an_overflow(tmp_path: Path, gpus: str,
+                                                                        count: int) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(AT_THE_BOUNDS.replace("gpus: [A10, L4, A10G, T4]", f"gpus: {gpus}")
+                    .replace("gpu_count: 1", f"gpu_count: {count}"))
+    assert gpusched("validate", str(path)).returncode == 0
+    r = gpusched("plan", str(path))  # was an OverflowError: the estimate's finish past the clock's last year
+    assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "a job may run at most 366 days" in " ".join(r.stdout.split()), r.stdout

@@ -48,16 +48,20 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     kind = draw(st.sampled_from(["train", "infer", "val", "export"]))
     doc: dict[str, Any] = {"name": draw(names), "team": draw(teams), "kind": kind,
                            "model": draw(st.sampled_from(MODELS))}
+    # Each count mostly in a real job's range, sometimes anywhere up to its bound: every field within its bound,
+    # together 10,000 epochs of 100 million images at 2048 px, planned a finish past the clock's last year.
     if kind == "train":
-        doc["data"] = {"uri": draw(uri), "train_images": draw(st.integers(1, 10**6)),
-                       "val_images": draw(st.integers(0, 10**5))}
-        doc["train"] = {"epochs": draw(st.integers(1, 300)), "img_size": draw(img), "batch": draw(st.integers(1, 256))}
-        doc["resources"] = {"gpu_count": draw(st.integers(1, 8)), "nodes": draw(st.integers(1, 4))}
+        gpu_count = draw(st.integers(1, 8))
+        doc["data"] = {"uri": draw(uri), "train_images": draw(st.integers(1, 10**6) | st.integers(1, 10**8)),
+                       "val_images": draw(st.integers(0, 10**5) | st.integers(0, 10**7))}
+        doc["train"] = {"epochs": draw(st.integers(1, 300) | st.integers(1, 10_000)), "img_size": draw(img),
+                        "batch": draw(st.integers(1, 256) | st.integers(1, 1024))}
+        doc["resources"] = {"gpu_count": gpu_count, "nodes": draw(st.integers(1, 4) | st.integers(1, 64 // gpu_count))}
     elif kind == "infer":
-        doc["infer"] = {"source": draw(uri), "images": draw(st.integers(1, 10**7)), "weights": draw(weights),
-                        "img_size": draw(img)}
+        doc["infer"] = {"source": draw(uri), "images": draw(st.integers(1, 10**7) | st.integers(1, 10**9)),
+                        "weights": draw(weights), "img_size": draw(img)}
     elif kind == "val":
-        doc["data"] = {"uri": draw(uri), "val_images": draw(st.integers(1, 10**5))}
+        doc["data"] = {"uri": draw(uri), "val_images": draw(st.integers(1, 10**5) | st.integers(1, 10**7))}
         doc["val"] = {"weights": draw(weights), "img_size": draw(img)}
     else:
         doc["export"] = {"weights": draw(weights), "formats": draw(st.lists(st.sampled_from(EXPORT_FORMATS),
