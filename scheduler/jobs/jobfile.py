@@ -25,7 +25,7 @@ the models see the document (``jobfile_limits``).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -37,7 +37,7 @@ from scheduler.jobs.jobfile_examples import FIELD_EXAMPLES, FILE_FIELD
 from scheduler.jobs.jobfile_limits import DEPTH_MESSAGE, document_problems
 from scheduler.jobs.jobfile_problems import kind_of, translate
 from scheduler.jobs.jobfile_rules import rule_problems
-from scheduler.limits import MAX_DEADLINE_AHEAD, MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS
+from scheduler.limits import MAX_DEADLINE_AHEAD, MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS, deadline_time_problem
 from scheduler.models import JobSpec
 from scheduler.times import utc
 
@@ -151,6 +151,10 @@ def submit_problems(spec: JobSpec, now: datetime) -> list[FieldProblem]:
                 FIELD_EXAMPLES["policy.deadline"],
             )
         ]
+    if isinstance(deadline, timedelta) and (why := deadline_time_problem(utc(now) + deadline)) is not None:
+        # The store keeps the deadline as the time it falls on: read back, it must be one a job file may name.
+        return [FieldProblem("policy.deadline", f"falls on {(utc(now) + deadline):%Y-%m-%d}: {why}",
+                             FIELD_EXAMPLES["policy.deadline"])]
     return []
 
 

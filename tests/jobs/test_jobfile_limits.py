@@ -103,6 +103,15 @@ def test_the_longest_deadline_is_accepted_and_a_far_absolute_one_refused_at_subm
     assert submit_problems(parse_job_text(EXAMPLE.replace('"36h"', '"2027-11-01T00:00:00Z"'), "j"), now) == []
 
 
+def test_a_relative_deadline_that_falls_past_2199_is_refused_at_submit() -> None:
+    # The store keeps the time it falls on; read back it broke the bound on absolute deadlines, and the job was
+    # set aside by the next tick as "not valid any more" (a trace submitting in 2199 found it).
+    spec = parse_job_text(EXAMPLE.replace('"36h"', '"8784h"'), "job.yaml")
+    [p] = submit_problems(spec, datetime(2199, 6, 1, tzinfo=timezone.utc))
+    assert p.field == "policy.deadline" and p.message.startswith("falls on 2200-06-02: the year 2200 is outside")
+    assert submit_problems(spec, datetime(2198, 12, 30, tzinfo=timezone.utc)) == []  # falls on 2199-12-31
+
+
 @pytest.mark.parametrize(("budget", "says"), [
     ("1000000.01 CNY", f"must be at most {MAX_BUDGET:,} CNY per job"),
     ("99999999999999999999 USD", "must be at most 1,000,000 USD per job"),
