@@ -101,9 +101,10 @@ _GPU_CHOICES = {
 _INFER_GPUS = ("T4", "A10", "L4", "A10G")
 _ENGINE_GPUS = ("T4", "A10", "L4", "A10G")  # what the site servers run; a TensorRT engine is per GPU model
 
-# The rate of each stream at scale 1, per team.
 MAX_JOBS = 100_000  # ten stress months; a month of a busy cluster is a few thousand
 _TOO_MANY_FIX = "fewer teams or jobs (the stress month has 9,820 jobs of 12 teams)"
+
+# The rate of each stream at scale 1, per team.
 _PROJECTS_PER_TEAM = 2.0  # each retrains weekly, then validates and exports
 _PIPELINES_PER_TEAM = 1.0  # each runs every night
 _EXPERIMENTS_PER_WEEKDAY = 3.6
