@@ -444,7 +444,8 @@ def _refusal(p: _Planning, first: Pick) -> str:
         too_long = [b for s in scored if (b := s.timing.est_blocker) and b.kind == "too_long"]
         if too_long:  # it fits somewhere, but runs too long everywhere it fits
             fastest = min(too_long, key=lambda b: b.hours or 0.0)
-            return f"the job {fastest.text}: use fewer epochs or images, a smaller img_size, or more GPUs or nodes"
+            fix = ["use fewer epochs or images, a smaller img_size, or more GPUs or nodes", *_relaxation_hints(p)]
+            return f"the job {fastest.text}: {' or '.join(fix)}"
         if not any(s.timing.est_blocker and s.timing.est_blocker.kind == "memory" for s in scored):
             return f"cannot estimate the job: {first.scored.blockers(first.member, p.scorer)[-1].text}"
         memory = next(b.text for s, _, _ in p.ranking.picks() if (b := s.timing.est_blocker) and b.kind == "memory")

@@ -504,6 +504,9 @@ def test_a_run_past_a_year_is_no_option_and_a_refusal_names_the_fastest(deadline
     assert all(o.feasible == (o.gpu == "A10G") for o in d.alternatives)
     assert {o.why for o in d.alternatives if o.gpu == "T4"} == {
         "would run ~486 days on 1x T4; a job may run at most 366 days"}
+    # Asked for the slow GPU only, the refusal names the one that would do.
+    d = decide(make_job(gpus=("T4",), **small), [make_offer("g4dn.xlarge", gpu="T4"), make_offer()])
+    assert d.action == "refuse" and d.reason.endswith("or more GPUs or nodes or allow A10G"), d.reason
 
 
 @pytest.mark.parametrize(
