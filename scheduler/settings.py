@@ -192,6 +192,14 @@ class Settings(BaseSettings):
             return [p.strip() for p in v.split(",") if p.strip()]
         return v
 
+    @field_validator("providers")
+    @classmethod
+    def _some_cloud(cls, v: list[str]) -> list[str]:
+        # "GPUSCHED_PROVIDERS=" left empty in a .env: a daemon with no cloud refuses every job, one by one.
+        if not v:
+            raise ValueError("is empty: name the clouds to run jobs on, e.g. aws,alibaba,tencent")
+        return v
+
     @field_validator("backend", mode="before")
     @classmethod
     def _backend_chosen(cls, v: object) -> object:

@@ -168,6 +168,9 @@ def test_demo_out_at_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_TEAM_BUDGETS": "{not json"}, ["team_budgets", "JSON"]),
     ({"GPUSCHED_FX_USD_CNY": "7", "GPUSCHED_REPORT_CURRENCY": "EUR", "GPUSCHED_API_PORT": "0"},
      ["GPUSCHED_REPORT_CURRENCY", "GPUSCHED_API_PORT"]),
+    # Left empty in a .env, no cloud: every job refused one by one, the daemon up and useless.
+    ({"GPUSCHED_PROVIDERS": ""}, ["GPUSCHED_PROVIDERS: is empty: name the clouds to run jobs on"]),
+    ({"GPUSCHED_PROVIDERS": " , "}, ["GPUSCHED_PROVIDERS: is empty"]),
     # A slot per free reserved machine every tick: a billion of them stopped the daemon. The place in the JSON.
     ({"GPUSCHED_RESERVED": '[{"provider": "aws", "region": "us-east-1", "instance_type": "g5.xlarge", '
                            '"count": 1000000000, "until": "2027-11-01T00:00:00Z"}]'},
