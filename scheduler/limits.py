@@ -37,8 +37,8 @@ from decimal import Decimal
 __all__ = [
     "EARLIEST_TIME", "LATEST_TIME", "MAX_BUDGET", "MAX_BUDGET_PLACES", "MAX_DEADLINE_AHEAD", "MAX_DEPTH",
     "MAX_FILE_BYTES", "MAX_INT_DIGITS", "MAX_LIST_ITEMS", "MAX_NODES", "MAX_RESERVED_COUNT", "MAX_RUN",
-    "MAX_TEXT_CHARS",
-    "budget_problem", "deadline_time_problem", "duration_problem",
+    "MAX_RUN_HOURS", "MAX_TEXT_CHARS",
+    "budget_problem", "deadline_time_problem", "duration_problem", "run_too_long",
 ]
 
 MAX_FILE_BYTES = 64 * 1024
@@ -52,6 +52,7 @@ MAX_BUDGET_PLACES = 8
 MAX_DEADLINE_AHEAD = timedelta(days=366)
 MAX_RESERVED_COUNT = 1_000
 MAX_RUN = timedelta(days=366)
+MAX_RUN_HOURS = MAX_RUN.total_seconds() / 3600  # what an estimate's hours are compared with, on hot paths
 EARLIEST_TIME = datetime(2000, 1, 1, tzinfo=timezone.utc)
 LATEST_TIME = datetime(2200, 1, 1, tzinfo=timezone.utc)
 
@@ -91,6 +92,13 @@ def deadline_time_problem(when: datetime) -> str | None:
         return (f"the year {when.year} is outside {EARLIEST_TIME.year}-{LATEST_TIME.year - 1}; a deadline may be "
                 f"at most {MAX_DEADLINE_AHEAD.days} days after submission")
     return None
+
+
+def run_too_long(hours: float, gpu: str, gpu_count: int, nodes: int = 1) -> str:
+    """Why an estimated run of ``hours`` (over ``MAX_RUN_HOURS``: the caller compares) on this setup is no option:
+    the planner's and the lower bound's words."""
+    setup = f"{gpu_count}x {gpu}" + (f" x {nodes} nodes" if nodes > 1 else "")
+    return f"would run ~{hours / 24:,.0f} days on {setup}; a job may run at most {MAX_RUN.days} days"
 
 
 def _short(amount: Decimal) -> str:

@@ -40,7 +40,7 @@ from typing import Literal, NamedTuple
 from scheduler.errors import UserError
 from scheduler.jobs.infer_shards import RESUMABLE_KINDS
 from scheduler.jobs.perf import GPU_ONLY_KINDS, Figures, OnSetup, figures_for
-from scheduler.limits import MAX_RUN
+from scheduler.limits import MAX_RUN_HOURS, run_too_long
 from scheduler.models import Capacity
 from scheduler.money import Money
 from scheduler.planner import cost
@@ -400,9 +400,8 @@ class Scorer:
         except UserError as exc:
             est = _unsized(exc)
         else:
-            if type(est) is Figures and est.fits and est.hours > _MAX_RUN_HOURS:
-                est = _TooLong(est.hours, f"~{est.hours / 24:,.0f} days on {g.gpu_count}x {g.gpu}"
-                               + (f" x {self._nodes} nodes" if self._nodes > 1 else ""))
+            if type(est) is Figures and est.fits and est.hours > MAX_RUN_HOURS:
+                est = _TooLong(est.hours, run_too_long(est.hours, g.gpu, g.gpu_count, self._nodes))
         self._estimates[key] = est
         return est
 
@@ -525,8 +524,7 @@ class Scorer:
     def _cannot_run(self, g: Group, est: Figures | str, start: datetime) -> Timing:
         """The timing of a setup the job cannot run on (unknown GPU, does not fit): no hours, no deadline check."""
         if isinstance(est, _TooLong):
-            blocker = Blocker("too_long", f"would run {est}; a job may run at most {MAX_RUN.days} days",
-                              hours=est.hours)
+            blocker = Blocker("too_long", str(est), hours=est.hours)
         elif isinstance(est, str):
             blocker = Blocker("estimate", est)
         else:
@@ -624,9 +622,9 @@ def float_cents(v: float) -> int | None:
 
 
 class _TooLong(str):
-    """An estimate past ``limits.MAX_RUN`` (its days and setup, and its ``hours``): no option, as a setup the job
-    does not fit, since its finish, with spot's reclaims and a deadline's bad case on top, could pass the last
-    time the clock holds."""
+    """An estimate past ``limits.MAX_RUN`` (``limits.run_too_long``'s words, and its ``hours``): no option, as a
+    setup the job does not fit, since its finish, with spot's reclaims and a deadline's bad case on top, could pass
+    the last time the clock holds."""
 
     hours: float
 
@@ -635,8 +633,6 @@ class _TooLong(str):
         self.hours = hours
         return self
 
-
-_MAX_RUN_HOURS = MAX_RUN.total_seconds() / 3600
 
 
 def _unsized(exc: UserError) -> str:

@@ -24,7 +24,7 @@ from typing import Callable, Mapping, Sequence
 from providers.catalog import owned_offers
 from scheduler.errors import UserError
 from scheduler.jobs.perf import Estimate, estimate
-from scheduler.limits import MAX_RUN
+from scheduler.limits import MAX_RUN_HOURS, run_too_long
 from scheduler.models import Capacity, Frozen, JobSpec, Offer, ReservedCapacity
 from scheduler.money import FxRates, Money
 from scheduler.planner.allowed import OfferFilter, job_capacities
@@ -72,10 +72,7 @@ class _Rejections:
     over_budget: Decimal | None = None  # the cheapest option that met everything but the budget
     reservation: int = 0
     estimate_error: str | None = None
-    too_long: tuple[float, str] | None = None  # the fastest setup past ``limits.MAX_RUN``: its hours, its GPUs
-
-
-_MAX_RUN_HOURS = MAX_RUN.total_seconds() / 3600
+    too_long: tuple[float, str] | None = None  # the fastest setup past ``limits.MAX_RUN``: its hours, why
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +182,9 @@ class PricedCatalog:
             if not est.fits or not math.isfinite(est.hours):
                 why.memory.append(est.why_not or f"does not fit in {gpu} memory")
                 continue
-            if est.hours > _MAX_RUN_HOURS:  # no option for the planner either (``limits.MAX_RUN``)
+            if est.hours > MAX_RUN_HOURS:  # no option for the planner either (``limits.MAX_RUN``)
                 if why.too_long is None or est.hours < why.too_long[0]:
-                    why.too_long = (est.hours, f"{gpu_count}x {gpu}" + (f" x {nodes} nodes" if nodes > 1 else ""))
+                    why.too_long = (est.hours, run_too_long(est.hours, gpu, gpu_count, nodes))
                 continue
             factor = 1.0 if speed is None else speed(gpu)
             hours = est.hours * factor
@@ -247,8 +244,7 @@ def _why_not(spec: JobSpec, at: datetime, deadline: datetime | None, why: _Rejec
     if why.matched == 0:
         return "no offer matches the job's gpus, gpu_count, providers and regions"
     if why.fastest_hours is None and why.too_long is not None:
-        hours, setup = why.too_long
-        return f"would run ~{hours / 24:,.0f} days on {setup}, its fastest; a job may run at most {MAX_RUN.days} days"
+        return why.too_long[1]  # its fastest setup's
     if why.fastest_hours is None:
         return f"fits no allowed GPU: {why.memory[0]}" if why.memory else "no allowed offer can run it"
     if deadline is not None and at + timedelta(hours=why.fastest_hours) > deadline:
