@@ -151,10 +151,13 @@ def submit_problems(spec: JobSpec, now: datetime) -> list[FieldProblem]:
                 FIELD_EXAMPLES["policy.deadline"],
             )
         ]
-    if isinstance(deadline, timedelta) and (why := deadline_time_problem(utc(now) + deadline)) is not None:
+    if isinstance(deadline, timedelta):
         # The store keeps the deadline as the time it falls on: read back, it must be one a job file may name.
-        return [FieldProblem("policy.deadline", f"falls on {(utc(now) + deadline):%Y-%m-%d}: {why}",
-                             FIELD_EXAMPLES["policy.deadline"])]
+        falls = utc(now) + deadline
+        why = deadline_time_problem(falls)
+        if why is not None:
+            return [FieldProblem("policy.deadline", f"falls on {falls:%Y-%m-%d}: {why}",
+                                 FIELD_EXAMPLES["policy.deadline"])]
     return []
 
 
