@@ -71,6 +71,9 @@ class ScaledClock:
         if since is not None:
             if since.tzinfo is None:
                 raise ValueError("since needs a timezone")
+            if since > datetime.now(timezone.utc):
+                # Run back from a future moment, the clock would read the past, faster: years before year 1.
+                raise ValueError(f"since ({since.isoformat()}) is in the future: give a moment already past")
             self._start = since.astimezone(timezone.utc)
             self._t0 -= (datetime.now(timezone.utc) - self._start).total_seconds()
         else:

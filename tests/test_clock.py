@@ -60,6 +60,8 @@ def test_without_an_epoch_a_clock_starts_from_the_real_time_of_day() -> None:
 def test_an_epoch_needs_a_timezone_and_excludes_a_start() -> None:
     with pytest.raises(ValueError, match="timezone"):
         ScaledClock(60, since=datetime(2026, 12, 1))
+    with pytest.raises(ValueError, match="in the future"):  # it would read the past, sped up: before year 1
+        ScaledClock(60, since=datetime.now(timezone.utc) + timedelta(days=1))
     with pytest.raises(ValueError, match="not both"):
         ScaledClock(60, start=datetime.now(timezone.utc), since=datetime.now(timezone.utc))
 

@@ -69,6 +69,11 @@ def parse_args(argv: Sequence[str] | None = None, environ: Mapping[str, str] | N
                     help="comma-separated cloud actions to fail, e.g. RunInstances, which names every emulator's "
                          "launch (default: every call)")
     args = ap.parse_args(argv)
+    if args.clock_start is not None and args.speedup != 1:
+        try:
+            ScaledClock(args.speedup, since=args.clock_start)
+        except ValueError as exc:
+            ap.error(f"--clock-start: {exc}")
     try:
         args.faults = FaultPlan(rate=args.fault_rate, seed=args.fault_seed,
                                 kinds=FaultPlan.parse_kinds(args.fault_kinds),

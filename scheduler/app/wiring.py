@@ -26,6 +26,7 @@ from scheduler.lifecycle import tick as lifecycle
 from scheduler.lifecycle.context import TickContext
 from scheduler.lifecycle.leadership import Leadership
 from scheduler.lifecycle.perf_learning import rebase_samples
+from scheduler.limits import EARLIEST_TIME, LATEST_TIME
 from scheduler.settings import Settings
 from scheduler.simulation.simagent import SimAgents
 from scheduler.store.database import Store
@@ -42,13 +43,33 @@ def sim_agents(settings: Settings, store: Store, providers: Mapping[str, Provide
                      output_bytes=settings.job_log_bytes)
 
 
+def sandbox_clock(settings: Settings) -> Clock:
+    """The sped-up clock of ``GPUSCHED_SANDBOX_SPEEDUP`` from ``GPUSCHED_SANDBOX_CLOCK_START``, refused when it would
+    not read a time a job can have (years 2000-2199): a start in the future, or one so long ago that the speed-up
+    has carried it past year 2199 (the clock then failed inside the first tick, or only when a job came)."""
+    since = settings.sandbox_clock_start
+    fix = ("set GPUSCHED_SANDBOX_CLOCK_START to a recent moment, or leave it empty to start the sandbox clock at the "
+           "time of day")
+    try:
+        clock = ScaledClock(settings.sandbox_speedup, since=since)
+        now = clock.now()
+    except (ValueError, OverflowError) as e:
+        why = str(e) if isinstance(e, ValueError) else "would read a time past year 9999"
+        raise UserError(f"GPUSCHED_SANDBOX_CLOCK_START {why.removeprefix('since ')}", fix=fix) from e
+    if not EARLIEST_TIME <= now < LATEST_TIME:
+        assert since is not None  # without it the clock starts at the time of day
+        raise UserError(f"GPUSCHED_SANDBOX_CLOCK_START {since.isoformat()} at GPUSCHED_SANDBOX_SPEEDUP "
+                        f"{settings.sandbox_speedup:g} puts the sandbox clock at {now:%Y-%m-%d}, outside the years "
+                        f"{EARLIEST_TIME.year}-{LATEST_TIME.year - 1} that job times may have", fix=fix)
+    return clock
+
+
 def run_daemon(settings: Settings) -> None:
     """Build everything from settings and serve until SIGTERM."""
 
     if settings.api_token is None:
         raise UserError("the daemon needs an API token", fix="set GPUSCHED_API_TOKEN (e.g. `openssl rand -hex 24`)")
-    clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else \
-        ScaledClock(settings.sandbox_speedup, since=settings.sandbox_clock_start)
+    clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else sandbox_clock(settings)
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
     with store.session() as s:  # samples from before learned rates were the GPU's (migration 0016)

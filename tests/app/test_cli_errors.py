@@ -317,6 +317,19 @@ def test_daemon_with_a_setting_out_of_range(tmp_path: Path, env: dict[str, str],
     one_line_error(r, name)
 
 
+@pytest.mark.parametrize("start, speedup, why", [
+    # Run back from the future, the sped-up clock read before year 1: an internal OverflowError at start.
+    ("2199-12-31T23:59:50+00:00", "60", "is in the future"),
+    ("1970-01-01T00:00:00+00:00", "60", "outside the years 2000-2199"),  # in the 5300s and on: no job time may be
+    ("2000-01-01T00:00:00+00:00", "100000", "past year 9999"),
+])
+def test_daemon_whose_sandbox_clock_would_read_no_job_time(tmp_path: Path, start: str, speedup: str,
+                                                           why: str) -> None:
+    r = daemon(tmp_path, GPUSCHED_SANDBOX_CLOCK_START=start, GPUSCHED_SANDBOX_SPEEDUP=speedup)
+    assert r.exit_code == BAD_INPUT
+    assert one_line_error(r, "GPUSCHED_SANDBOX_CLOCK_START", why).startswith("error: ")
+
+
 def test_a_trace_is_read_only_up_to_its_cap_even_gzipped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import gzip
 
