@@ -200,12 +200,28 @@ class PolicySpec(Frozen):
         return v
 
 
+TEAM_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"  # a team's (and a project's) name, wherever one is given
+MAX_NAME_CHARS = 63
+
+
+def team_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a team's name, or None: the job file's rule, for a team given anywhere else."""
+    if len(name) <= MAX_NAME_CHARS and re.match(TEAM_PATTERN, name):
+        return None
+    return (f"{_clip(name)!r} is not a team name: lowercase letters, digits, '-' and '_', starting with a letter or "
+            f"digit, at most {MAX_NAME_CHARS} characters")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:40]}..."
+
+
 class JobSpec(Frozen):
     """One job.yaml, as the user wrote it (relative deadlines not yet resolved)."""
 
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", max_length=63)
-    team: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=63)
-    project: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=63)
+    team: str = Field(pattern=TEAM_PATTERN, max_length=MAX_NAME_CHARS)
+    project: str | None = Field(default=None, pattern=TEAM_PATTERN, max_length=MAX_NAME_CHARS)
     kind: Kind
     model: Literal[MODELS]  # type: ignore[valid-type]
     data: DataSpec | None = None

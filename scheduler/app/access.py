@@ -43,22 +43,20 @@ from scheduler.app.roles import (
 )
 from scheduler.clock import Clock
 from scheduler.logs import get_logger
+from scheduler.models import MAX_NAME_CHARS, TEAM_PATTERN
 from scheduler.store import audit
 from scheduler.store import tokens as token_store
 from scheduler.store.audit import AuditEntry
 from scheduler.store.database import Store
-from scheduler.store.tokens import IssuedToken, Role, TokenInfo
+from scheduler.store.tokens import MAX_EXPIRY_SECONDS, NAME_PATTERN, IssuedToken, Role, TokenInfo
 
 log = get_logger(__name__)
 
-TEAM_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"  # a job file's team:
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"
 MAX_TOKEN_TEAMS = 16
-MAX_EXPIRY_SECONDS = 10 * 366 * 86400
 MAX_AUDIT_ROWS = 10_000
 ASK_ADMIN = "ask an admin (or your team's team-admin) for a token: `gpusched token create`"
 
-TeamName = Annotated[str, Field(pattern=TEAM_PATTERN, max_length=63)]
+TeamName = Annotated[str, Field(pattern=TEAM_PATTERN, max_length=MAX_NAME_CHARS)]
 
 
 class Unauthenticated(Exception):
@@ -86,7 +84,7 @@ class TokenRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN)
     role: Role
     teams: list[TeamName] = Field(default_factory=list, max_length=MAX_TOKEN_TEAMS)
     expires_in_seconds: int | None = Field(default=None, ge=60, le=MAX_EXPIRY_SECONDS)

@@ -195,7 +195,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_r: Request, e: RequestValidationError) -> JSONResponse:
         where = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
-        return _error(400, f"bad request: {where}", None)
+        return _error(400, f"bad request: {where}", "the fields each request takes, and their bounds: "
+                      "GET /openapi.json")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(r: Request, e: StarletteHTTPException) -> JSONResponse:

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - older typer
     from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[no-redef]
 
 from scheduler.app import cli_clouds, cli_jobs, cli_progress, cli_shell, cli_sim
-from scheduler.app.cli_text import print_json, shown
+from scheduler.app.cli_text import print_json, shown, team_option
 from scheduler.app.cli_tokens import register as register_token_commands
 from scheduler.errors import (
     DaemonUnreachable,
@@ -49,6 +49,7 @@ from scheduler.errors import (
     StoreUnavailable,
     UserError,
 )
+from scheduler.states import JobState
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -57,6 +58,7 @@ EXIT_UNREACHABLE = 3
 out = Console()
 err = Console(stderr=True)
 _show_traceback = False
+_STATES = tuple(JobState)
 
 
 def _one_line(text: str) -> str:
@@ -319,6 +321,10 @@ def status(
     """List jobs, or one job: its state, where it runs, progress, cost, plan and last events."""
     from scheduler.app.cli_jobs import job_summary
 
+    team = team_option(team)
+    if state is not None and state not in _STATES:
+        raise typer.BadParameter(f"{state!r} is not a job state; use one of: {', '.join(_STATES)}",
+                                 param_hint="'--state'")
     settings = _settings()
     client = _client(settings)
     if job_id:

@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from scheduler.app.cli_text import team_option
+
 if TYPE_CHECKING:
     from scheduler.app.client import ApiClient
 
@@ -82,8 +84,19 @@ def token_create(
     """Make a token and print it, alone, on stdout (it is shown once: the daemon keeps only its hash)."""
     if role not in ROLES:
         raise typer.BadParameter(f"{role!r} is not a role; use one of: {', '.join(ROLES)}", param_hint="'--role'")
-    teams = list(team or [])
+    from scheduler.models import MAX_NAME_CHARS
+    from scheduler.store.tokens import MAX_EXPIRY_SECONDS, NAME_PATTERN
+
+    teams = [t for t in team or [] if team_option(t)]
+    if name is not None and not (len(name) <= MAX_NAME_CHARS and re.match(NAME_PATTERN, name)):
+        raise typer.BadParameter(f"{name!r} is not a token's name: letters, digits, '.', '_', '@', '+' and '-', "
+                                 f"starting with a letter or digit, at most {MAX_NAME_CHARS} characters",
+                                 param_hint="'--name'")
     seconds = None if expires.strip().lower() == "never" else duration_seconds(expires, "--expires")
+    if seconds is not None and not 0 < seconds <= MAX_EXPIRY_SECONDS:
+        longest = MAX_EXPIRY_SECONDS // 86400
+        raise typer.BadParameter(f"{expires.strip()!r} is {'no time' if not seconds else 'too long'}: a token lives "
+                                 f"1h to {longest}d (about {longest // 366} years), or never", param_hint="'--expires'")
     if name is None:
         name = f"{teams[0]}-{role}" if teams else role
     with _client() as client:
@@ -139,7 +152,7 @@ def audit(
 ) -> None:
     """The audit log: who changed what, when, from where, and every refused call (admin; team-admin: its teams)."""
     with _client() as client:
-        entries = client.audit(since=_since(since) if since else None, team=team, limit=limit)
+        entries = client.audit(since=_since(since) if since else None, team=team_option(team), limit=limit)
     if as_json:
         sys.stdout.write(json.dumps([e.model_dump(mode="json") for e in entries], indent=2) + "\n")
         return

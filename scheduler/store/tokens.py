@@ -28,6 +28,9 @@ from scheduler.store.database import new_id
 from scheduler.store.tables import ApiTokenRow
 from scheduler.times import utc
 
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"  # a token's name: a person's or a service's
+MAX_EXPIRY_SECONDS = 10 * 366 * 86400
+
 PREFIX = "gps_"
 _TOKEN_RE = re.compile(r"^gps_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 SECRET_BYTES = 32

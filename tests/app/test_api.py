@@ -239,6 +239,7 @@ def test_list_filters_and_rejects_an_unknown_state(client: TestClient) -> None:
     assert ids("state=queued&team=vision-qa") == []
     r = client.get("/v1/jobs?state=sleeping", headers=AUTH)
     assert r.status_code == 400 and "state" in r.json()["error"]
+    assert "/openapi.json" in r.json()["fix"]  # where the fields and their bounds are: every error has a fix
     assert client.get("/v1/jobs?limit=0", headers=AUTH).status_code == 400
 
 

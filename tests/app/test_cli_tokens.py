@@ -158,3 +158,22 @@ def test_token_create_with_a_bad_role_or_expiry_is_a_usage_error(served: Served)
     for args in (["--role", "owner"], ["--expires", "soon"]):
         r = run(served, TOKEN, "token", "create", "--team", "a", *args)
         assert r.exit_code == 2 and r.stdout == "", args
+
+
+@pytest.mark.parametrize("args, option, words", [
+    (["token", "create", "--team", "Vision QA"], "--team", "is not a team name"),
+    (["token", "create", "--team", "a", "--name", "ci bot"], "--name", "is not a token's name"),
+    (["token", "create", "--team", "a", "--expires", "0h"], "--expires", "is no time"),
+    (["token", "create", "--team", "a", "--expires", "99999w"], "--expires", "a token lives 1h to 3660d"),
+    (["audit", "--team", "x" * 64], "--team", "at most 63 characters"),
+    (["status", "--team", "Vision"], "--team", "is not a team name"),
+    (["status", "--state", "done"], "--state", "use one of: queued, planned"),
+])
+def test_an_option_the_daemon_would_refuse_is_told_by_its_option(served: Served, args: list[str], option: str,
+                                                                  words: str) -> None:
+    """These were the daemon's 400 naming a body or query field ("body.expires_in_seconds: Input should be
+    greater than or equal to 60"), with no fix; ``status --team Vision`` listed no jobs, silently."""
+    r = run(served, TOKEN, *args)
+    assert r.exit_code == 2 and r.stdout == "", r.output
+    assert f"'{option}'" in r.stderr and words in r.stderr and "fix:" in r.stderr, r.stderr
+    assert "body." not in r.stderr and "query." not in r.stderr
