@@ -45,6 +45,17 @@ def known_gpu(name: str, option: str = "--gpu") -> str:
     return model
 
 
+def _known_model(name: str) -> str:
+    """A YOLOv9 model as a job file names it (case aside), or a UserError naming the known ones: an unknown one
+    matched no row, and the table came back empty with no word why."""
+    from scheduler.jobs.jobfile_problems import unknown_choice
+    from scheduler.models import MODELS
+
+    if name.strip().lower() in MODELS:
+        return name.strip().lower()
+    raise UserError(f"--model: {unknown_choice('model', name, MODELS)}", fix="name a model as a job file does")
+
+
 def _quiet_logs() -> None:
     from scheduler.logs import configure_logging
 
@@ -160,10 +171,11 @@ def register(app: typer.Typer, providers_app: typer.Typer, settings: Callable[[]
         from scheduler.lifecycle.perf_learning import perf_table
 
         gpus = [known_gpu(g) for g in gpu] if gpu else None
+        models = [_known_model(m) for m in model] if model else None
         store = open_store(settings())
         try:
             with store.session(write=False) as s:
-                rows = perf_table(s, models=model or None, gpus=gpus)
+                rows = perf_table(s, models=models, gpus=gpus)
         finally:
             store.dispose()
         if as_json:

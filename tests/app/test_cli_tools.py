@@ -202,6 +202,14 @@ def test_an_unknown_gpu_gets_the_job_files_help(tmp_path: Path, command: list[st
     assert help_text in in_file and help_text in r.stderr
 
 
+def test_perf_with_an_unknown_model_says_so() -> None:
+    """It printed an empty table: no row matched, and nothing said why."""
+    r = run("perf", "--model", "yolov9-x")
+    assert r.exit_code == BAD_INPUT and r.stdout == ""
+    assert "--model: unknown model 'yolov9-x'" in r.stderr and "yolov9-e" in r.stderr
+    assert {row["model"] for row in json.loads(run("perf", "--model", "YOLOv9-C", "--json").stdout)} == {"yolov9-c"}
+
+
 def test_perf_json_rows_are_the_tables() -> None:
     rows = json.loads(run("perf", "--model", "yolov9-c", "--json").stdout)
     assert {r["model"] for r in rows} == {"yolov9-c"} and all(r["source"] == "prior" for r in rows)
