@@ -39,9 +39,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from scheduler.app.api import require_token
 from scheduler.app.metrics import DaemonMetrics, render
+from scheduler.app.startup import store_fix, store_reason
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import GpuschedError, ProviderError, SettingsError, UserError
 from scheduler.lifecycle.leadership import Leadership
@@ -95,6 +97,8 @@ def _iso(dt: datetime | None) -> str | None:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OperationalError):  # without the SQL and SQLAlchemy's background link
+        return f"the store: {store_reason(exc)}"
     text = exc.message if isinstance(exc, GpuschedError) else str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -283,7 +287,7 @@ class Daemon:
             else:
                 runs.errors += 1
                 runs.consecutive_errors += 1
-                runs.last_error = _describe(error)
+                runs.last_error = _describe(error)  # an OperationalError: the store's trouble, in its driver's words
                 runs.last_error_at = started
             n, streak = runs.count, runs.consecutive_errors
         if runs is self._ticks:
@@ -302,6 +306,11 @@ class Daemon:
         if isinstance(error, ProviderError):
             vendor = error.log_fields()  # its "error" and "message" are already in ours
             fields.update({k: vendor[k] for k in ("provider", "vendor_code", "request_id")})
+        if isinstance(error, OperationalError):
+            # The store locked or out of reach: a condition of the machine, not a fault in the code; its fix, not a
+            # traceback (the next run tries again).
+            log.error(f"{what}_failed", error=_describe(error), fix=store_fix(self.store, error), **fields)
+            return
         log.error(f"{what}_failed", error=_describe(error), exc_info=error, **fields)
 
     # --- health and metrics

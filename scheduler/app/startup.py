@@ -59,10 +59,11 @@ def open_store(settings: Settings, *, check: bool = False) -> Store:
         raise
     except OperationalError as exc:
         store.dispose()
-        raise StoreUnavailable(f"cannot open the store {where}: {_reason(exc)}", fix=_fix_for(store)) from None
+        raise StoreUnavailable(f"cannot open the store {where}: {store_reason(exc)}",
+                               fix=store_fix(store, exc)) from None
     except DatabaseError as exc:  # SQLite: "file is not a database", "database disk image is malformed"
         store.dispose()
-        raise StoreUnavailable(f"the store {where} is not a sound gpusched database: {_reason(exc)}",
+        raise StoreUnavailable(f"the store {where} is not a sound gpusched database: {store_reason(exc)}",
                                fix=_DAMAGED_FIX) from None
     except CommandError as exc:  # alembic: a revision this code does not know (a newer gpusched wrote it)
         store.dispose()
@@ -70,7 +71,8 @@ def open_store(settings: Settings, *, check: bool = False) -> Store:
                                fix="run the gpusched version that wrote it, or upgrade gpusched") from None
     except SQLAlchemyError as exc:
         store.dispose()
-        raise StoreUnavailable(f"cannot use the store {where}: {_reason(exc)}", fix=_fix_for(store)) from None
+        raise StoreUnavailable(f"cannot use the store {where}: {store_reason(exc)}",
+                               fix=store_fix(store, exc)) from None
     return store
 
 
@@ -78,14 +80,19 @@ _DAMAGED_FIX = ("restore it from a backup, or move the file aside and run `gpusc
                 "to start an empty store")
 
 
-def _fix_for(store: Store) -> str:
+def store_fix(store: Store, exc: SQLAlchemyError) -> str:
+    """What to do about a store that could not be opened or used: at start, or in a daemon's tick."""
+    if store.is_sqlite and "locked" in store_reason(exc):
+        return ("another program holds the SQLite file's write lock (an open transaction in a sqlite3 shell, a "
+                "backup tool, or a second daemon on the same file): close it, and gpusched goes on; for several "
+                "daemons use PostgreSQL (GPUSCHED_DATABASE_URL)")
     if store.is_sqlite:
         return "check that the SQLite file and its folder can be read and written (GPUSCHED_DATA_DIR)"
     return ("start PostgreSQL or correct GPUSCHED_DATABASE_URL (host, port, user, database); "
             "`pg_isready -h HOST -p PORT` tells whether it accepts connections")
 
 
-def _reason(exc: SQLAlchemyError) -> str:
+def store_reason(exc: SQLAlchemyError) -> str:
     """The driver's own first line (``connection refused``), without SQLAlchemy's background link."""
     orig = getattr(exc, "orig", None)
     first = (str(orig) if orig is not None else str(exc)).strip().splitlines()

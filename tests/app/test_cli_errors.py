@@ -228,6 +228,22 @@ def test_the_data_folder_a_file_for_commands_that_use_the_store(tmp_path: Path) 
 
 
 @pytest.mark.timeout(60)
+def test_a_store_another_program_holds_locked_says_so(tmp_path: Path) -> None:
+    """It said to check the file's permissions, which were fine. (Waits out the store's 10 s busy timeout.)"""
+    import sqlite3
+
+    db = a_store(tmp_path)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        r = run("perf", env={"GPUSCHED_DATA_DIR": str(tmp_path / "data")})
+    finally:
+        holder.close()
+    assert r.exit_code == UNREACHABLE
+    one_line_error(r, "database is locked", "another program holds the SQLite file's write lock")
+
+
+@pytest.mark.timeout(60)
 def test_a_refused_postgresql_for_db_upgrade_is_status_3(tmp_path: Path) -> None:
     r = run("db", "upgrade", env={"GPUSCHED_DATABASE_URL": REFUSED_PG, "GPUSCHED_DATA_DIR": str(tmp_path)})
     assert r.exit_code == UNREACHABLE

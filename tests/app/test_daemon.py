@@ -18,6 +18,7 @@ import pytest
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from pydantic import SecretStr
+from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from scheduler.app.api import create_app
@@ -387,3 +388,33 @@ def test_without_budgets_there_is_no_budget_job(store: Store, daemons: list[Daem
     daemons.append(d)
     d.start_jobs()
     assert d.scheduler.get_job(BUDGET_JOB) is None
+
+
+def test_a_tick_on_a_locked_store_says_what_holds_it_without_a_traceback(tmp_path: Path) -> None:
+    """Another program's open transaction on the SQLite file (a sqlite3 shell, a backup): the tick waits out
+    SQLite's busy timeout and fails. It logged SQLAlchemy's whole error and a traceback, as for a bug; now the
+    driver's words and what to do, and the next tick, with the lock gone, runs."""
+    import sqlite3
+
+    store = Store(f"sqlite:///{tmp_path / 'gpusched.db'}", busy_timeout_ms=100)
+    store.migrate()
+
+    def tick() -> None:
+        with store.session() as s:
+            s.execute(text("SELECT 1"))
+
+    d = make_daemon(store, tick=tick)
+    holder = sqlite3.connect(tmp_path / "gpusched.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with capture_logs() as logs:
+            d.run_tick()
+    finally:
+        holder.close()
+    [failed] = [e for e in logs if e["event"] == "tick_failed"]
+    assert failed["error"] == "the store: database is locked" and "exc_info" not in failed
+    assert "write lock" in failed["fix"] and "GPUSCHED_DATABASE_URL" in failed["fix"]
+    assert d.health()["last_error"] == "the store: database is locked"
+    d.run_tick()
+    assert d.health()["tick_errors_in_a_row"] == 0
+    store.dispose()
