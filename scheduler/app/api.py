@@ -30,6 +30,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, IPvAnyAddress, field_validator
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -42,6 +43,7 @@ from scheduler.app.metrics import CONTENT_TYPE as PROMETHEUS_TYPE
 from scheduler.app.metrics import render, store_registry
 from scheduler.app.openapi import install_openapi
 from scheduler.app.roles import Principal, may_act_for, may_read, may_write
+from scheduler.app.startup import store_fix
 from scheduler.clock import Clock
 from scheduler.errors import (
     GpuschedError,
@@ -80,7 +82,7 @@ from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec
 from scheduler.settings import Settings
 from scheduler.states import JobState
-from scheduler.store.database import Store
+from scheduler.store.database import Store, store_reason
 
 log = get_logger(__name__)
 
@@ -161,7 +163,7 @@ def _error(status: int, error: str, fix: str | None, **extra: Any) -> JSONRespon
     return JSONResponse({"error": error, "fix": fix, **extra}, status_code=status)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, store: Store) -> None:
     @app.exception_handler(_Unauthorized)
     async def _refused(_r: Request, _e: _Unauthorized) -> JSONResponse:
         return _unauthorized()
@@ -206,6 +208,14 @@ def _install_error_handlers(app: FastAPI) -> None:
         for k, v in (e.headers or {}).items():
             resp.headers[k] = v
         return resp
+
+    @app.exception_handler(OperationalError)
+    async def _store_trouble(r: Request, e: OperationalError) -> JSONResponse:
+        # The store locked, full or out of reach: nothing was written (the transaction rolled back), the
+        # caller may try again, and the operator has a fix, not a traceback.
+        log.error("api_store_unavailable", path=r.url.path, error=f"the store: {store_reason(e)}")
+        return _error(503, f"the daemon's store cannot be used now: {store_reason(e)}; nothing was changed",
+                      store_fix(store, e))
 
     @app.exception_handler(Exception)
     async def _crash(r: Request, e: Exception) -> JSONResponse:
@@ -541,7 +551,7 @@ def create_app(
     # No app-wide body limit: it would answer in plain text before AuthFirst; routes that read no
     # body never buffer one (the server reads a body only as fast as the route takes it).
     app = FastAPI(title="gpusched", version="1", docs_url=None, redoc_url=None)
-    _install_error_handlers(app)
+    _install_error_handlers(app, store)
     # The token before the body: FastAPI would read and parse a body before the routes' dependencies.
     app.add_middleware(AuthFirst, areas=[("/v1/agent/", is_machine_token), ("/v1/", access.check)],
                        refuse=_unauthorized, oversized=_announced_too_large)

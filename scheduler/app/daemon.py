@@ -43,13 +43,13 @@ from sqlalchemy.exc import OperationalError
 
 from scheduler.app.api import require_token
 from scheduler.app.metrics import DaemonMetrics, render
-from scheduler.app.startup import store_fix, store_reason
+from scheduler.app.startup import store_fix
 from scheduler.clock import Clock, SystemClock
 from scheduler.errors import GpuschedError, ProviderError, SettingsError, UserError
 from scheduler.lifecycle.leadership import Leadership
 from scheduler.logs import get_logger
 from scheduler.settings import Settings
-from scheduler.store.database import Store
+from scheduler.store.database import Store, store_reason
 
 log = get_logger(__name__)
 

@@ -8,6 +8,7 @@ refused or damaged); the CLI turns both into one line and an exit status.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError, SQLAlchemyError
 
 from scheduler.errors import SettingsError, StoreUnavailable
 from scheduler.settings import Settings
-from scheduler.store.database import Store, parse_url
+from scheduler.store.database import Store, parse_url, store_reason
 
 DATA_DIR_FIX = "set GPUSCHED_DATA_DIR to a folder this user can write (it is created if missing)"
 
@@ -86,14 +87,14 @@ def store_fix(store: Store, exc: SQLAlchemyError) -> str:
         return ("another program holds the SQLite file's write lock (an open transaction in a sqlite3 shell, a "
                 "backup tool, or a second daemon on the same file): close it, and gpusched goes on; for several "
                 "daemons use PostgreSQL (GPUSCHED_DATABASE_URL)")
+    if store.is_sqlite and ("full" in store_reason(exc) or "disk I/O" in store_reason(exc)):
+        database = store.url.database or ""
+        folder = Path(database).expanduser().parent if database and not database.startswith(("file:", ":")) else None
+        free = shutil.disk_usage(folder).free if folder is not None and folder.is_dir() else None
+        room = f" ({free // 1024:,} KiB free)" if free is not None else ""
+        return (f"free space on the disk that holds the store{room}, or move GPUSCHED_DATA_DIR to a larger one; "
+                "gpusched goes on once SQLite can write")
     if store.is_sqlite:
         return "check that the SQLite file and its folder can be read and written (GPUSCHED_DATA_DIR)"
     return ("start PostgreSQL or correct GPUSCHED_DATABASE_URL (host, port, user, database); "
             "`pg_isready -h HOST -p PORT` tells whether it accepts connections")
-
-
-def store_reason(exc: SQLAlchemyError) -> str:
-    """The driver's own first line (``connection refused``), without SQLAlchemy's background link."""
-    orig = getattr(exc, "orig", None)
-    first = (str(orig) if orig is not None else str(exc)).strip().splitlines()
-    return first[0] if first else type(exc).__name__

@@ -37,7 +37,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -228,6 +228,14 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url.render_as_string(hide_password=True)!r})"
+
+
+def store_reason(exc: SQLAlchemyError) -> str:
+    """The driver's own first line (``database is locked``, ``connection refused``), without the SQL and
+    SQLAlchemy's background link: what a person is shown of a store that failed."""
+    orig = getattr(exc, "orig", None)
+    first = (str(orig) if orig is not None else str(exc)).strip().splitlines()
+    return first[0] if first else type(exc).__name__
 
 
 def parse_url(url: str) -> URL:

@@ -16,6 +16,8 @@ import structlog
 import yaml
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
+from sqlalchemy import func, select
+from structlog.testing import capture_logs
 
 from scheduler.app.api import MAX_BODY_BYTES, create_app
 from scheduler.clock import SimClock
@@ -25,6 +27,7 @@ from scheduler.logs import configure_logging, forget_secrets, get_logger
 from scheduler.settings import Settings
 from scheduler.states import InstanceRowState, JobState
 from scheduler.store.database import Store
+from scheduler.store.tables import JobRow
 
 NOW = datetime(2026, 11, 20, 8, 0, tzinfo=timezone.utc)
 TOKEN = "api-token-for-tests-0123456789"
@@ -250,7 +253,6 @@ def test_unknown_ids_are_404_with_a_fix(client: TestClient) -> None:
 
 
 def test_cancelling_a_finished_job_is_400(client: TestClient, store: Store) -> None:
-    from scheduler.store.tables import JobRow
 
     job = submit(client)
     with store.session() as s:
@@ -436,3 +438,28 @@ def test_agent_bodies_are_bounded_and_closed(client: TestClient, store: Store, c
     job = submit(client, JOB)
     inst = _running_attempt(store, job["id"], clock)
     assert client.post("/v1/agent/progress", json=body, headers=_agent_auth(inst, clock)).status_code == 400
+
+
+def test_a_store_another_program_has_locked_is_503_with_its_fix(migrated_db: Path, tmp_path: Path,
+                                                                clock: SimClock) -> None:
+    """It was a 500 "internal error" with a traceback in the log, as for a bug; the job was not taken either way."""
+    import sqlite3
+
+    path = tmp_path / "gpusched.db"
+    shutil.copy(migrated_db, path)
+    store = Store(f"sqlite:///{path}", busy_timeout_ms=100)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with TestClient(create_app(store, clock, settings())) as c, capture_logs() as logs:
+            r = c.post("/v1/jobs", headers=AUTH, json={"spec": JOB})
+    finally:
+        holder.close()
+        forget_secrets()
+    assert r.status_code == 503
+    assert r.json()["error"] == "the daemon's store cannot be used now: database is locked; nothing was changed"
+    assert "write lock" in r.json()["fix"]
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["api_store_unavailable"]
+    with store.session(write=False) as s:
+        assert s.scalar(select(func.count()).select_from(JobRow)) == 0
+    store.dispose()

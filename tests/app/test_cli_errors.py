@@ -357,3 +357,18 @@ def test_a_trace_is_read_only_up_to_its_cap_even_gzipped(monkeypatch: pytest.Mon
     r = run("simulate", "--trace", str(bomb), "--no-lower-bound")
     assert r.exit_code == BAD_INPUT
     one_line_error(r, "MiB of JSON lines (uncompressed)", "split the trace")
+
+
+def test_a_full_disk_under_the_store_is_told_with_the_space_left(tmp_path: Path) -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from scheduler.app.startup import store_fix
+    from scheduler.store.database import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'gpusched.db'}")
+    full = OperationalError("INSERT ...", {}, sqlite3.OperationalError("database or disk is full"))
+    fix = store_fix(store, full)
+    assert fix.startswith("free space on the disk that holds the store (") and "KiB free)" in fix
+    store.dispose()

@@ -145,3 +145,16 @@ def test_a_running_job_stored_before_the_bounds_is_failed_and_its_machine_freed(
                               now=w.clock.now())
     [cost] = [j for j in report.jobs if j.id == job_id]
     assert cost.budget is None and cost.cost.amount > 0
+
+
+def test_a_store_error_is_told_in_the_drivers_words() -> None:
+    """A held job's reason had SQLAlchemy's whole error: the SQL, the parameters and its background link."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from scheduler.lifecycle.set_aside import describe
+
+    exc = OperationalError("INSERT INTO jobs ...", {"id": "job-1"},
+                           sqlite3.OperationalError("database or disk is full"))
+    assert describe(exc) == "the store: database or disk is full"
