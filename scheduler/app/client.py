@@ -21,6 +21,7 @@ from scheduler.errors import (
     GpuschedError,
     JobFileError,
     NotFoundError,
+    StoreUnavailable,
     UserError,
 )
 from scheduler.lifecycle.job_logs import JobLogs
@@ -205,6 +206,8 @@ class ApiClient:
             raise NotFoundError(error, fix=fix or "list jobs with `gpusched status`")
         if 400 <= status < 500:
             raise UserError(error, fix=fix)
+        if status == 503 and fix:  # the daemon's store locked, full or out of reach: nothing was changed
+            raise StoreUnavailable(f"the gpusched daemon at {self.base_url}: {error}", fix=fix)
         raise GpuschedError(
             f"the gpusched daemon at {self.base_url} failed: {error}", fix=fix or "see the daemon's log"
         )

@@ -16,7 +16,14 @@ from pydantic import SecretStr
 from scheduler.app.api import create_app
 from scheduler.app.client import ApiClient
 from scheduler.clock import SimClock
-from scheduler.errors import DaemonUnreachable, GpuschedError, JobFileError, NotFoundError, UserError
+from scheduler.errors import (
+    DaemonUnreachable,
+    GpuschedError,
+    JobFileError,
+    NotFoundError,
+    StoreUnavailable,
+    UserError,
+)
 from scheduler.jobs.jobfile import parse_job
 from scheduler.logs import forget_secrets
 from scheduler.settings import Settings
@@ -184,6 +191,16 @@ def test_a_500_is_not_blamed_on_the_user() -> None:
         client_answering(answer(500, {"error": "internal error", "fix": "see the daemon's log"})).get_job("job-1")
     assert not isinstance(caught.value, UserError)
     assert "internal error" in caught.value.message and caught.value.fix == "see the daemon's log"
+
+
+def test_a_503_from_a_daemon_whose_store_is_locked_is_a_store_error() -> None:
+    """Exit status 3 (what the command needs cannot be used), not 1 (a bug), with the daemon's fix."""
+    body = {"error": "the daemon's store cannot be used now: database is locked; nothing was changed",
+            "fix": "another program holds the SQLite file's write lock"}
+    with pytest.raises(StoreUnavailable) as caught:
+        client_answering(answer(503, body)).submit({"name": "x"}, source="job.yaml")
+    assert "database is locked; nothing was changed" in caught.value.message
+    assert caught.value.fix == body["fix"]
 
 
 @pytest.mark.parametrize(
