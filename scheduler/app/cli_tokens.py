@@ -87,7 +87,9 @@ def token_create(
     from scheduler.models import MAX_NAME_CHARS
     from scheduler.store.tokens import MAX_EXPIRY_SECONDS, NAME_PATTERN
 
-    teams = [t for t in team or [] if team_option(t)]
+    teams = list(team or [])
+    for t in teams:
+        team_option(t)
     if name is not None and not (len(name) <= MAX_NAME_CHARS and re.match(NAME_PATTERN, name)):
         raise typer.BadParameter(f"{name!r} is not a token's name: letters, digits, '.', '_', '@', '+' and '-', "
                                  f"starting with a letter or digit, at most {MAX_NAME_CHARS} characters",

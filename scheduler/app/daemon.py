@@ -287,7 +287,7 @@ class Daemon:
             else:
                 runs.errors += 1
                 runs.consecutive_errors += 1
-                runs.last_error = _describe(error)  # an OperationalError: the store's trouble, in its driver's words
+                runs.last_error = _describe(error)
                 runs.last_error_at = started
             n, streak = runs.count, runs.consecutive_errors
         if runs is self._ticks:
