@@ -17,6 +17,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -240,6 +241,15 @@ class Settings(BaseSettings):
     def _no_empty_url(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp_url(cls, v: SecretStr | None) -> SecretStr | None:
+        # Checked at start: a malformed URL was found only when the month's report failed to go out.
+        problem = None if v is None else smtp_url_problem(v.get_secret_value())
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @field_validator("report_mail_to", mode="before")
     @classmethod
     def _addresses(cls, v: object) -> object:
@@ -415,6 +425,22 @@ def _check_fx_months(v: dict[str, Decimal]) -> dict[str, Decimal]:
         if not (rate.is_finite() and 0 < rate <= 1000):
             raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
     return v
+
+
+SMTP_SCHEMES = ("smtp", "smtps", "smtp+starttls")
+
+
+def smtp_url_problem(raw: str) -> str | None:
+    """Why ``raw`` is no GPUSCHED_SMTP_URL, or None; never with the value, which may hold a password."""
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - read for its ValueError: a port out of range or not a number
+    except ValueError:
+        return "is not a URL (its value is not shown: it may hold a password)"
+    if parts.scheme not in SMTP_SCHEMES or not parts.hostname:
+        return (f"must start with smtp://, smtps:// or smtp+starttls:// and name a host, not "
+                f"{parts.scheme or '(no scheme)'}://...")
+    return None
 
 
 def load_settings(**overrides: object) -> Settings:

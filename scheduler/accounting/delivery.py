@@ -38,7 +38,7 @@ from scheduler.clock import SystemClock
 from scheduler.errors import SettingsError
 from scheduler.logs import get_logger, register_secret
 from scheduler.models import Frozen
-from scheduler.settings import WEBHOOK_SERVICES, Settings
+from scheduler.settings import WEBHOOK_SERVICES, Settings, smtp_url_problem
 from scheduler.times import utc
 
 __all__ = ["Delivered", "Notice", "chat_payload", "deliver", "dingtalk_signed_url", "send_mail", "post_webhook",
@@ -208,15 +208,11 @@ _SMTP_FIX = "GPUSCHED_SMTP_URL=smtp://[user:password@]host[:port] (or smtps://, 
 def _smtp(url: SecretStr) -> _Smtp:
     raw = url.get_secret_value()
     register_secret(raw)
-    try:
-        parts = urlsplit(raw)
-        port = parts.port
-    except ValueError:
-        raise SettingsError("GPUSCHED_SMTP_URL is not a URL (its value is not shown: it may hold a password)",
-                            fix=_SMTP_FIX) from None
-    if parts.scheme not in _SMTP_SCHEMES or not parts.hostname:
-        raise SettingsError(f"GPUSCHED_SMTP_URL must start with smtp://, smtps:// or smtp+starttls:// and name a "
-                            f"host, not {parts.scheme or '(no scheme)'}://...", fix=_SMTP_FIX)
+    problem = smtp_url_problem(raw)  # settings checked it at start; a URL handed in directly is checked here
+    if problem:
+        raise SettingsError(f"GPUSCHED_SMTP_URL {problem}", fix=_SMTP_FIX)
+    parts = urlsplit(raw)
+    port = parts.port
     mode, default_port = _SMTP_SCHEMES[parts.scheme]
     password = unquote(parts.password) if parts.password else None
     register_secret(password)

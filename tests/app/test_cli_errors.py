@@ -326,6 +326,8 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_LEADER_LEASE_S": "0"}, "GPUSCHED_LEADER_LEASE_S"),
     ({"GPUSCHED_LEADER_RENEW_S": "30"}, "GPUSCHED_LEADER_RENEW_S"),  # not less than the default lease
     ({"GPUSCHED_SANDBOX_CLOCK_START": "2026-11-20T08:00:00"}, "GPUSCHED_SANDBOX_CLOCK_START"),
+    # Found only when the month's report failed to go out, weeks after the start.
+    ({"GPUSCHED_SMTP_URL": "mail.example.com"}, "GPUSCHED_SMTP_URL: must start with smtp://"),
 ])
 def test_daemon_with_a_setting_out_of_range(tmp_path: Path, env: dict[str, str], name: str) -> None:
     r = daemon(tmp_path, **env)
@@ -372,3 +374,10 @@ def test_a_full_disk_under_the_store_is_told_with_the_space_left(tmp_path: Path)
     fix = store_fix(store, full)
     assert fix.startswith("free space on the disk that holds the store (") and "KiB free)" in fix
     store.dispose()
+
+
+def test_a_malformed_smtp_url_is_refused_at_start_without_its_password(tmp_path: Path) -> None:
+    r = daemon(tmp_path, GPUSCHED_SMTP_URL="smtp://reports:hunter2-secret@mail.example.com:99999")
+    assert r.exit_code == BAD_INPUT
+    line = one_line_error(r, "GPUSCHED_SMTP_URL: is not a URL")
+    assert "hunter2" not in r.stderr + r.stdout and "mail.example.com" not in line
