@@ -25,16 +25,26 @@ DATA_DIR_FIX = "set GPUSCHED_DATA_DIR to a folder this user can write (it is cre
 
 def prepare_data_dir(settings: Settings) -> Path:
     """The data folder, created if missing; SettingsError if it is a file or cannot be written."""
-    folder = settings.data_dir
+    return _writable_folder(settings.data_dir, "the data folder", "GPUSCHED_DATA_DIR", DATA_DIR_FIX)
+
+
+def prepare_report_dir(settings: Settings) -> Path:
+    """The monthly reports' folder, checked at the daemon's start: one that cannot be written was found only
+    when the month's report failed, on the 1st."""
+    fix = "set GPUSCHED_REPORT_DIR to a folder this user can write, or leave it empty for <GPUSCHED_DATA_DIR>/reports"
+    return _writable_folder(settings.reports_path, "the reports folder", "GPUSCHED_REPORT_DIR", fix)
+
+
+def _writable_folder(folder: Path, what: str, setting: str, fix: str) -> Path:
     if folder.exists() and not folder.is_dir():
-        raise SettingsError(f"the data folder {folder} (GPUSCHED_DATA_DIR) is a file, not a folder", fix=DATA_DIR_FIX)
+        raise SettingsError(f"{what} {folder} ({setting}) is a file, not a folder", fix=fix)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
-            pass  # the store, its journal and the reports are written here
+            pass  # what the daemon keeps is written here
     except OSError as exc:
-        raise SettingsError(f"the data folder {folder} (GPUSCHED_DATA_DIR) cannot be written: "
-                            f"{exc.strerror or type(exc).__name__}", fix=DATA_DIR_FIX) from None
+        raise SettingsError(f"{what} {folder} ({setting}) cannot be written: {exc.strerror or type(exc).__name__}",
+                            fix=fix) from None
     return folder
 
 

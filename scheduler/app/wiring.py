@@ -19,7 +19,7 @@ from scheduler.accounting.reports import previous_month
 from scheduler.agent.package import agent_package
 from scheduler.app.api import create_app
 from scheduler.app.daemon import Daemon
-from scheduler.app.startup import open_store
+from scheduler.app.startup import open_store, prepare_report_dir
 from scheduler.clock import Clock, ScaledClock, SystemClock
 from scheduler.errors import UserError
 from scheduler.lifecycle import tick as lifecycle
@@ -72,6 +72,7 @@ def run_daemon(settings: Settings) -> None:
     clock: Clock = SystemClock() if settings.sandbox_speedup == 1 else sandbox_clock(settings)
     package = agent_package(settings)  # before anything starts: a machine must be able to install its agent
     store = open_store(settings, check=True)  # the data folder writable, the store reachable and sound
+    prepare_report_dir(settings)
     with store.session() as s:  # samples from before learned rates were the GPU's (migration 0016)
         rebase_samples(s)
     providers = build_providers(settings, clock)

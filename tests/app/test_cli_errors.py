@@ -309,6 +309,14 @@ def test_daemon_on_a_store_with_a_damaged_table(tmp_path: Path) -> None:
     one_line_error(r, "gpusched.db", "backup")
 
 
+def test_daemon_whose_reports_folder_cannot_be_written(tmp_path: Path) -> None:
+    """It started, and the month's report failed on the 1st."""
+    (tmp_path / "reports").write_text("x")
+    r = daemon(tmp_path, GPUSCHED_REPORT_DIR=str(tmp_path / "reports"))
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "GPUSCHED_REPORT_DIR", "is a file, not a folder")
+
+
 def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     (tmp_path / "data").write_text("x")
     r = daemon(tmp_path)
