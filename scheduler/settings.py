@@ -241,6 +241,16 @@ class Settings(BaseSettings):
     def _no_empty_url(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
 
+    @field_validator("api_url", "agent_api_url")
+    @classmethod
+    def _daemon_url(cls, v: str) -> str:
+        # A typo here was "cannot reach the daemon" (or an internal error for "http://[::1"), and for
+        # GPUSCHED_AGENT_API_URL machines booted, billed, that could never report.
+        problem = daemon_url_problem(v) if v.strip() else None
+        if problem:
+            raise ValueError(problem)
+        return v.strip()
+
     @field_validator("smtp_url")
     @classmethod
     def _smtp_url(cls, v: SecretStr | None) -> SecretStr | None:
@@ -425,6 +435,21 @@ def _check_fx_months(v: dict[str, Decimal]) -> dict[str, Decimal]:
         if not (rate.is_finite() and 0 < rate <= 1000):
             raise ValueError(f"the rate for {month} must be above 0 and at most 1000, not {rate}")
     return v
+
+
+def daemon_url_problem(raw: str) -> str | None:
+    """Why ``raw`` cannot be where the daemon's API is reached, or None. Never quotes a user:password in it."""
+    try:
+        parts = urlsplit(raw.strip())
+        parts.port  # noqa: B018 - read for its ValueError: a port out of range or not a number
+    except ValueError as exc:
+        return f"is not a URL ({exc}); write it as http://HOST:PORT, e.g. http://10.0.0.5:8642"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return (f"must be an http:// or https:// URL with a host, not {parts.scheme or '(no scheme)'}://...; "
+                "e.g. http://10.0.0.5:8642")
+    if parts.username is not None or parts.password is not None:
+        return "must not carry a user or password (the API's token is GPUSCHED_API_TOKEN; a machine gets its own)"
+    return None
 
 
 SMTP_SCHEMES = ("smtp", "smtps", "smtp+starttls")

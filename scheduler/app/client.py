@@ -33,6 +33,7 @@ from scheduler.store.tokens import IssuedToken, TokenInfo
 M = TypeVar("M", JobView, JobDetail, JobLogs, IssuedToken, TokenInfo, AuditEntry, Principal)
 
 UNREACHABLE_FIX = "start it with `gpusched daemon` (or set GPUSCHED_API_URL)"
+NOT_THE_DAEMON_FIX = "check that GPUSCHED_API_URL points at the gpusched daemon, not another server"
 TOKEN_FIX = "set GPUSCHED_API_TOKEN to the daemon's token (in the environment or .env)"
 
 
@@ -187,6 +188,9 @@ class ApiClient:
     def _raise_for(self, response: httpx.Response) -> Any:
         status = response.status_code
         body = _error_body(response)
+        if "error" not in body:  # every answer of the daemon's but a success says {"error", "fix"}
+            raise GpuschedError(f"{self.base_url} answered HTTP {status}, not as the gpusched daemon answers",
+                                fix=NOT_THE_DAEMON_FIX)
         error, fix = str(body.get("error") or f"HTTP {status}"), body.get("fix")
         if status == 401:
             if not self._has_token:
@@ -227,7 +231,7 @@ def _json(response: httpx.Response, base_url: str) -> Any:
     except ValueError:
         raise GpuschedError(
             f"{base_url} answered HTTP {response.status_code} with something that is not JSON",
-            fix="check that GPUSCHED_API_URL points at the gpusched daemon, not another server",
+            fix=NOT_THE_DAEMON_FIX,
         ) from None
 
 

@@ -389,3 +389,23 @@ def test_a_malformed_smtp_url_is_refused_at_start_without_its_password(tmp_path:
     assert r.exit_code == BAD_INPUT
     line = one_line_error(r, "GPUSCHED_SMTP_URL: is not a URL")
     assert "hunter2" not in r.stderr + r.stdout and "mail.example.com" not in line
+
+
+@pytest.mark.parametrize("url, words", [
+    ("http://[::1", "is not a URL (Invalid IPv6 URL)"),  # was an internal error: InvalidURL
+    ("daemon.internal:8642", "must be an http:// or https:// URL"),  # was "cannot reach the gpusched daemon"
+    ("http://127.0.0.1:99999", "Port out of range"),
+    ("http://ops:hunter2@10.0.0.5:8642", "must not carry a user or password"),
+])
+def test_a_malformed_api_url_is_a_settings_error(url: str, words: str) -> None:
+    r = run("status", env={"GPUSCHED_API_URL": url, "GPUSCHED_API_TOKEN": TOKEN})
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "GPUSCHED_API_URL", words)
+    assert "hunter2" not in r.stderr
+
+
+def test_a_malformed_agent_api_url_stops_the_daemon_before_it_launches_machines(tmp_path: Path) -> None:
+    """The URL goes into every machine's user-data: a typo booted machines that could never report."""
+    r = daemon(tmp_path, GPUSCHED_AGENT_API_URL="10.0.0.5:8642")
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, "GPUSCHED_AGENT_API_URL", "must be an http:// or https:// URL")

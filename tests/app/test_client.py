@@ -193,6 +193,20 @@ def test_a_500_is_not_blamed_on_the_user() -> None:
     assert "internal error" in caught.value.message and caught.value.fix == "see the daemon's log"
 
 
+@pytest.mark.parametrize("response", [
+    httpx.Response(404, text="<html>404 Not Found</html>"),  # a web server or proxy at that address
+    httpx.Response(404, json={"detail": "Not Found"}),  # another FastAPI service
+    httpx.Response(502, text="Bad Gateway"),
+])
+def test_an_error_not_in_the_daemons_shape_blames_the_url_not_the_job(response: httpx.Response) -> None:
+    """A 404 from whatever listened at GPUSCHED_API_URL was "HTTP 404; fix: list jobs with `gpusched status`"."""
+    with pytest.raises(GpuschedError) as caught:
+        client_answering(lambda _request: response).get_job("job-1")
+    assert not isinstance(caught.value, NotFoundError | UserError)
+    assert caught.value.message == f"{BASE} answered HTTP {response.status_code}, not as the gpusched daemon answers"
+    assert "GPUSCHED_API_URL" in (caught.value.fix or "")
+
+
 def test_a_503_from_a_daemon_whose_store_is_locked_is_a_store_error() -> None:
     """Exit status 3 (what the command needs cannot be used), not 1 (a bug), with the daemon's fix."""
     body = {"error": "the daemon's store cannot be used now: database is locked; nothing was changed",
