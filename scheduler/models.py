@@ -204,12 +204,13 @@ TEAM_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"  # a team's (and a project's) name, wher
 MAX_NAME_CHARS = 63
 
 
-def team_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a team's name, or None: the job file's rule, for a team given anywhere else."""
+def team_problem(name: str, noun: str = "team") -> str | None:
+    """Why ``name`` cannot be a team's (or, ``noun`` "project", a project's) name, or None: the job file's rule,
+    for a name given anywhere else."""
     if len(name) <= MAX_NAME_CHARS and re.match(TEAM_PATTERN, name):
         return None
-    return (f"{_clip(name)!r} is not a team name: lowercase letters, digits, '-' and '_', starting with a letter or "
-            f"digit, at most {MAX_NAME_CHARS} characters")
+    return (f"{_clip(name)!r} is not a {noun} name: lowercase letters, digits, '-' and '_', starting with a letter "
+            f"or digit, at most {MAX_NAME_CHARS} characters")
 
 
 def _clip(text: str) -> str:

@@ -34,7 +34,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from scheduler.errors import SettingsError
-from scheduler.models import CLOUDS, ReservedCapacity
+from scheduler.models import CLOUDS, ReservedCapacity, team_problem
 from scheduler.money import FxRates, Money, parse_fx_rates
 
 _MONTH_RE = re.compile(r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])$")
@@ -320,6 +320,17 @@ class Settings(BaseSettings):
             v = json.loads(v) if v.strip() else {}
         if isinstance(v, dict):
             return {team: Money.parse(m) if isinstance(m, str) else m for team, m in v.items()}
+        return v
+
+    @field_validator("team_budgets", "project_budgets")
+    @classmethod
+    def _budget_names(cls, v: dict[str, Money], info: ValidationInfo) -> dict[str, Money]:
+        # A budget under a name no job file can give (a capital, a space) silently never applied.
+        noun = "team" if info.field_name == "team_budgets" else "project"
+        for name in v:
+            problem = team_problem(name, noun)
+            if problem:
+                raise ValueError(f"{problem}; a budget under it would never match a job")
         return v
 
     @field_validator("fx_usd_cny_by_month", mode="before")

@@ -334,6 +334,9 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_LEADER_LEASE_S": "0"}, "GPUSCHED_LEADER_LEASE_S"),
     ({"GPUSCHED_LEADER_RENEW_S": "30"}, "GPUSCHED_LEADER_RENEW_S"),  # not less than the default lease
     ({"GPUSCHED_SANDBOX_CLOCK_START": "2026-11-20T08:00:00"}, "GPUSCHED_SANDBOX_CLOCK_START"),
+    # A budget under a name no job file can give never applied, silently.
+    ({"GPUSCHED_TEAM_BUDGETS": '{"Vision QA": "5000 CNY"}'}, "GPUSCHED_TEAM_BUDGETS: 'Vision QA' is not a team name"),
+    ({"GPUSCHED_PROJECT_BUDGETS": '{"vision-qa/helmet": "5000 CNY"}'}, "is not a project name"),
     # Found only when the month's report failed to go out, weeks after the start.
     ({"GPUSCHED_SMTP_URL": "mail.example.com"}, "GPUSCHED_SMTP_URL: must start with smtp://"),
 ])
