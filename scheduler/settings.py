@@ -166,7 +166,9 @@ class Settings(BaseSettings):
     # A team is alerted (once per threshold per month) when its month's billed spend crosses these shares of
     # its GPUSCHED_TEAM_BUDGETS budget.
     budget_alert_thresholds: Annotated[list[int], NoDecode] = [50, 80, 100]
-    budget_check_minutes: float = Field(default=15.0, gt=0)  # how often the daemon looks
+    # How often the daemon looks: at least a minute (0.0001 read the month's spend every 6 ms), at most a week
+    # (inf was an internal error at start).
+    budget_check_minutes: float = Field(default=15.0, ge=1, le=WEEK_MIN, allow_inf_nan=False)
     # What a team at 100% gets: "wait": no new job of the team starts until next month or a raised budget
     # (the planner holds every job whose cost does not fit what is left); running jobs run to their end.
     # "stop": that, and its running training and inference jobs stop right after their next checkpoint
@@ -322,17 +324,6 @@ class Settings(BaseSettings):
             return {team: Money.parse(m) if isinstance(m, str) else m for team, m in v.items()}
         return v
 
-    @field_validator("team_budgets", "project_budgets")
-    @classmethod
-    def _budget_names(cls, v: dict[str, Money], info: ValidationInfo) -> dict[str, Money]:
-        # A budget under a name no job file can give (a capital, a space) silently never applied.
-        noun = "team" if info.field_name == "team_budgets" else "project"
-        for name in v:
-            problem = team_problem(name, noun)
-            if problem:
-                raise ValueError(f"{problem}; a budget under it would never match a job")
-        return v
-
     @field_validator("fx_usd_cny_by_month", mode="before")
     @classmethod
     def _fx_json(cls, v: object) -> object:
@@ -392,6 +383,9 @@ class Settings(BaseSettings):
     def _budgets_in_range(cls, v: dict[str, Money], info: ValidationInfo) -> dict[str, Money]:
         whose = "team" if info.field_name == "team_budgets" else "project"
         for name, money in v.items():
+            problem = team_problem(name, whose)  # a capital or a space: no job file can give it, so it never applied
+            if problem:
+                raise ValueError(f"{problem}; a budget under it would never match a job")
             if not (money.amount.is_finite() and 0 < money.amount <= MAX_TEAM_BUDGET):
                 raise ValueError(f"{whose} {name!r}: a monthly budget is more than 0 and at most {MAX_TEAM_BUDGET:,}")
         return v
