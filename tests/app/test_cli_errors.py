@@ -328,6 +328,7 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_SANDBOX_SPEEDUP": "inf"}, "GPUSCHED_SANDBOX_SPEEDUP"),
     ({"GPUSCHED_SANDBOX_SPEEDUP": "1e9"}, "GPUSCHED_SANDBOX_SPEEDUP"),
     ({"GPUSCHED_TICK_SECONDS": "-1"}, "GPUSCHED_TICK_SECONDS"),
+    ({"GPUSCHED_TICK_SECONDS": "1e-6"}, "GPUSCHED_TICK_SECONDS: Input should be greater than or equal to 0.05"),
     ({"GPUSCHED_API_TOKEN": "short"}, "GPUSCHED_API_TOKEN"),
     ({"GPUSCHED_API_TOKEN": ""}, "API token"),
     ({"GPUSCHED_REPORT_CRON": "every day"}, "GPUSCHED_REPORT_CRON"),
