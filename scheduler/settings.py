@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     # leader holds it for leader_lease_s and renews it every leader_renew_s (empty: a third of the lease); a
     # dead leader is replaced at most lease + renew seconds after its last renewal.
     leader_lease_s: float = Field(default=30.0, ge=1, le=3600, allow_inf_nan=False)
-    leader_renew_s: float | None = Field(default=None, gt=0, le=1200, allow_inf_nan=False)
+    leader_renew_s: float | None = Field(default=None, ge=0.1, le=1200, allow_inf_nan=False)  # 1e-9 hammered the store
     # Which clouds to use, and how to reach them. Backend "sandbox": the built-in
     # simulated cloud poses as each listed provider (no account needed). "live": the
     # real adapters, configured by GPUSCHED_AWS_* / GPUSCHED_ALIBABA_* / GPUSCHED_TENCENT_* / GPUSCHED_HUAWEI_*

@@ -334,6 +334,7 @@ def test_daemon_with_its_data_folder_a_file(tmp_path: Path) -> None:
     ({"GPUSCHED_REPORT_CRON": "every day"}, "GPUSCHED_REPORT_CRON"),
     ({"GPUSCHED_LEADER_LEASE_S": "0"}, "GPUSCHED_LEADER_LEASE_S"),
     ({"GPUSCHED_LEADER_RENEW_S": "30"}, "GPUSCHED_LEADER_RENEW_S"),  # not less than the default lease
+    ({"GPUSCHED_LEADER_RENEW_S": "1e-9"}, "GPUSCHED_LEADER_RENEW_S: Input should be greater than or equal to 0.1"),
     ({"GPUSCHED_SANDBOX_CLOCK_START": "2026-11-20T08:00:00"}, "GPUSCHED_SANDBOX_CLOCK_START"),
     ({"GPUSCHED_BUDGET_CHECK_MINUTES": "inf"}, "GPUSCHED_BUDGET_CHECK_MINUTES"),  # an internal OverflowError
     ({"GPUSCHED_BUDGET_CHECK_MINUTES": "0.0001"}, "GPUSCHED_BUDGET_CHECK_MINUTES"),  # a look every 6 ms
