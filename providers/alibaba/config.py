@@ -36,9 +36,10 @@ class AlibabaConfig(Frozen):
     # business.ap-southeast-1.aliyuncs.com; "host[:port]" of an emulator in tests.
     bss_endpoint: str = "business.aliyuncs.com"
     protocol: Literal["https", "http"] = "https"
-    connect_timeout_seconds: int = Field(default=5, ge=1)
-    read_timeout_seconds: int = Field(default=10, ge=1)
-    tombstone_seconds: int = Field(default=3600, ge=0)
+    # Bounded as every cloud's: 10**18 was an internal OverflowError at the first call.
+    connect_timeout_seconds: int = Field(default=5, ge=1, le=600)
+    read_timeout_seconds: int = Field(default=10, ge=1, le=600)
+    tombstone_seconds: int = Field(default=3600, ge=0, le=7 * 86400)
 
     @field_validator("regions")
     @classmethod

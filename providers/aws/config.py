@@ -36,8 +36,9 @@ class AwsConfig(Frozen):
     # the China partition). endpoint_url, when set, serves it too (moto serves every service on one port).
     cost_explorer_region: str = "us-east-1"
     page_size: int = Field(default=100, ge=5, le=1000)  # DescribeInstances MaxResults allows 5..1000
-    connect_timeout_seconds: float = Field(default=10.0, gt=0)
-    read_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Bounded as every cloud's: inf failed every call with "timestamp out of range for platform time_t".
+    connect_timeout_seconds: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
+    read_timeout_seconds: float = Field(default=30.0, gt=0, le=600, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _keys_come_in_pairs(self) -> AwsConfig:

@@ -59,7 +59,7 @@ class HuaweiConfig(Frozen):
     job_wait_seconds: float = Field(default=30.0, ge=0, le=600)
     job_poll_seconds: float = Field(default=2.0, gt=0, le=60)
     # How long a server we saw is still reported (terminated) after Huawei stops listing it.
-    tombstone_seconds: float = Field(default=3600.0, ge=0)
+    tombstone_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400, allow_inf_nan=False)
 
     @field_validator("endpoint", mode="before")
     @classmethod

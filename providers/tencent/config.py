@@ -27,7 +27,8 @@ class TencentConfig(Frozen):
     cam_role_name: str = ""  # the instance's role: credentials on the machine, no keys in user-data
     public_bandwidth_mbps: int = Field(default=0, ge=0, le=200)  # 0: no public IP
     system_disk_gb: int | None = Field(default=None, ge=20, le=2048)
-    max_lifetime_hours: float | None = Field(default=None, gt=0)  # ActionTimer backstop: destroyed after this
+    # ActionTimer backstop: destroyed after this; at most a year, finite (inf would fail every launch).
+    max_lifetime_hours: float | None = Field(default=None, gt=0, le=24 * 366, allow_inf_nan=False)
     endpoint: str | None = None  # host[:port]; None: the SDK's cvm.tencentcloudapi.com
     # The Billing API (the bills, providers/tencent/bills.py): None: the SDK's billing.tencentcloudapi.com
     # (the international site also answers at billing.intl.tencentcloudapi.com); host[:port] of an emulator.
