@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     # --- the lifecycle
     # Every number has a ceiling well past any sane use: an overflowing timedelta or Decimal deep in a
     # tick is a traceback, a refused setting at start is one line naming it.
-    # At least 0.05 s (the tests' fastest): 1e-6 was accepted, and the daemon ticked as fast as the store allowed.
+    # At least 0.05 s: 1e-6 was accepted, and the daemon ticked as fast as the store allowed.
     tick_seconds: float = Field(default=10.0, ge=0.05, le=DAY_S, allow_inf_nan=False)
     idle_stop_minutes: int = Field(default=10, ge=0, le=WEEK_MIN)
     # "learned": a machine whose job did not set policy.idle_stop_minutes stays warm only where
