@@ -201,7 +201,7 @@ def plan_cmd(
     file: Path = typer.Argument(..., help="the job.yaml to plan"),
     at: Optional[str] = typer.Option(None, help="plan as of this ISO 8601 time, e.g. 2026-11-02T09:00:00+08:00 "
                                      "(no offset: UTC; default: now)"),
-    show: int = typer.Option(12, help="how many alternatives to show"),
+    show: int = typer.Option(12, min=0, help="how many alternatives to show"),
 ) -> None:
     """Show where and how a job would run, what it would cost, and the alternatives."""
     from providers.registry import build_providers

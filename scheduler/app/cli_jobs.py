@@ -209,7 +209,8 @@ def register(app: typer.Typer, client: Callable[[], ApiClient], err: Console) ->
     def logs(
         job_id: str = typer.Argument(..., help="the job whose output to show"),
         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new output until the job ends"),
-        attempt: Optional[int] = typer.Option(None, min=1, help="this attempt's output (default: the latest)"),
+        attempt: Optional[int] = typer.Option(None, min=1, max=1_000_000,  # the API's bound
+                                              help="this attempt's output (default: the latest)"),
     ) -> None:
         """The job's output (YOLOv9's stdout and stderr), as its machine shipped it to the daemon."""
         try:

@@ -416,3 +416,13 @@ def test_a_malformed_agent_api_url_stops_the_daemon_before_it_launches_machines(
     r = daemon(tmp_path, GPUSCHED_AGENT_API_URL="10.0.0.5:8642")
     assert r.exit_code == BAD_INPUT
     one_line_error(r, "GPUSCHED_AGENT_API_URL", "must be an http:// or https:// URL")
+
+
+@pytest.mark.parametrize("args, option", [
+    (["plan", str(ROOT / "examples" / "helmet-s-train.yaml"), "--show", "-1"], "--show"),  # showed all but one
+    (["logs", "job-1", "--attempt", "99999999999999999999"], "--attempt"),  # the daemon's 400 on query.attempt
+])
+def test_an_option_out_of_its_range_is_told_by_the_option(args: list[str], option: str) -> None:
+    r = run(*args)
+    assert r.exit_code == BAD_INPUT
+    one_line_error(r, f"'{option}'")
