@@ -20,6 +20,7 @@ from rich.table import Table
 from scheduler.app import cli_progress
 from scheduler.errors import UserError
 from scheduler.settings import WHAT_IF_SETTINGS
+from scheduler.simulation.spotbench import MAX_STARTS
 
 if TYPE_CHECKING:  # the CLI imports the simulator only when a command needs it
     from scheduler.settings import Settings
@@ -40,9 +41,10 @@ def register(app: typer.Typer, settings: Callable[[], Settings], out: Console, e
     def bench_spot_traces(
         traces: Path = typer.Option(..., help="folder of the Can't Be Late spot traces (skypilot-org/spot-traces)"),
         out_dir: Path = typer.Option(Path("spot-bench"), "--out", help="where the table, chart and JSON go"),
-        starts: int = typer.Option(300, help="start points per trace"),
+        # BenchConfig's bounds, told by their options (0 was an internal ValidationError)
+        starts: int = typer.Option(300, min=1, max=MAX_STARTS, help="start points per trace"),
         seed: int = typer.Option(0, help="seed for the start points"),
-        workers: int = typer.Option(0, help="processes (0: one per core)"),
+        workers: int = typer.Option(0, min=0, help="processes (0: one per core, at most 4)"),
     ) -> None:
         """Replay real AWS spot traces: od-only, greedy, Uniform Progress, ours and the optimum."""
         from scheduler.simulation.spotbench.bench import run_spot_bench

@@ -421,6 +421,9 @@ def test_a_malformed_agent_api_url_stops_the_daemon_before_it_launches_machines(
 @pytest.mark.parametrize("args, option", [
     (["plan", str(ROOT / "examples" / "helmet-s-train.yaml"), "--show", "-1"], "--show"),  # showed all but one
     (["logs", "job-1", "--attempt", "99999999999999999999"], "--attempt"),  # the daemon's 400 on query.attempt
+    (["bench", "spot-traces", "--traces", ".", "--starts", "0"], "--starts"),  # an internal ValidationError
+    (["bench", "spot-traces", "--traces", ".", "--starts", "999999999999"], "--starts"),  # ran for days
+    (["bench", "spot-traces", "--traces", ".", "--workers", "-3"], "--workers"),  # an internal ValidationError
 ])
 def test_an_option_out_of_its_range_is_told_by_the_option(args: list[str], option: str) -> None:
     r = run(*args)

@@ -34,6 +34,7 @@ from scheduler.clock import Clock, SystemClock
 from scheduler.errors import UserError
 from scheduler.models import Frozen
 from scheduler.planner.spot_rule import POLICIES
+from scheduler.simulation.spotbench import MAX_STARTS
 from scheduler.simulation.spotbench.optimal import forward_runs, optimal
 from scheduler.simulation.spotbench.replay import Lanes, replay
 from scheduler.simulation.spotbench.traces import SpotTrace, load_traces, resample
@@ -59,7 +60,7 @@ class BenchConfig(Frozen):
     compute_h: float = Field(default=48.0, gt=0)
     ratios: tuple[float, ...] = (0.65, 0.75, 0.85, 0.95)  # C0 / R0
     changeovers_h: tuple[float, ...] = (0.05, 0.2, 0.3)
-    starts: int = Field(default=300, ge=1)
+    starts: int = Field(default=300, ge=1, le=MAX_STARTS)
     seed: int = 0
     max_tick_s: float = Field(default=200.0, gt=0)
     tight_from: float = 0.85  # C0/R0 at or above this is a tight deadline
