@@ -23,7 +23,9 @@ the month's report with it (the report's own claim keeps it from going out twice
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -101,6 +103,22 @@ def _describe(exc: BaseException) -> str:
         return f"the store: {store_reason(exc)}"
     text = exc.message if isinstance(exc, GpuschedError) else str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _bind_trouble(host: str, port: int) -> tuple[str, str]:
+    """Why the API could not listen, asked again of the OS once uvicorn gave up (it only logs the cause), and
+    what to do: a host that names no address of this machine wants another fix than a port in use."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        why = f": {(exc.strerror or str(exc)).split(' (while attempting')[0]}"
+        if exc.errno == errno.EADDRINUSE:
+            return why, "another process holds the port: stop it or set GPUSCHED_API_PORT"
+        if exc.errno == errno.EACCES:
+            return why, "a port below 1024 needs privileges: set GPUSCHED_API_PORT to 1024 or above"
+        return why, "set GPUSCHED_API_HOST to an address of this machine (0.0.0.0: all of them)"
+    return "", "another process may hold the port; stop it or set GPUSCHED_API_PORT / GPUSCHED_API_HOST"
 
 
 class Daemon:
@@ -418,10 +436,8 @@ class Daemon:
             # uvicorn exits the process when it cannot bind; say why in our words.
             if server.started:
                 raise
-            raise UserError(
-                f"cannot serve the API on {s.api_host}:{s.api_port}",
-                fix="another process may hold the port; stop it or set GPUSCHED_API_PORT / GPUSCHED_API_HOST",
-            ) from None
+            why, fix = _bind_trouble(s.api_host, s.api_port)
+            raise UserError(f"cannot serve the API on {s.api_host}:{s.api_port}{why}", fix=fix) from None
         finally:
             self.shutdown()
 

@@ -311,8 +311,20 @@ def test_a_taken_port_is_a_user_error_and_the_scheduler_stops(store: Store) -> N
         forget_secrets()
         with capture_logs(), pytest.raises(UserError, match="cannot serve the API") as caught:
             d.serve()
-    assert "GPUSCHED_API_PORT" in (caught.value.fix or "")
+    assert caught.value.message.endswith(": Address already in use")
+    assert caught.value.fix == "another process holds the port: stop it or set GPUSCHED_API_PORT"
     assert not d.scheduler.running
+
+
+def test_a_host_that_is_no_address_of_this_machine_is_told_so(store: Store) -> None:
+    """It was told, as for every failure to listen, that another process may hold the port."""
+    s = settings(api_host="192.0.2.1", api_port=8642, tick_seconds=3600)  # TEST-NET-1: never this machine's
+    d = make_daemon(store, settings=s)
+    d.app = create_app(store, SimClock(NOW), s)
+    forget_secrets()
+    with capture_logs(), pytest.raises(UserError, match="cannot serve the API on 192.0.2.1:8642: ") as caught:
+        d.serve()
+    assert caught.value.fix == "set GPUSCHED_API_HOST to an address of this machine (0.0.0.0: all of them)"
 
 
 _DAEMON_SCRIPT = """
