@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.types import Scope
@@ -43,21 +42,16 @@ from scheduler.app.roles import (
 )
 from scheduler.clock import Clock
 from scheduler.logs import get_logger
-from scheduler.models import MAX_NAME_CHARS, TEAM_PATTERN
 from scheduler.store import audit
 from scheduler.store import tokens as token_store
 from scheduler.store.audit import AuditEntry
 from scheduler.store.database import Store
-from scheduler.store.tokens import MAX_EXPIRY_SECONDS, NAME_PATTERN, IssuedToken, Role, TokenInfo
+from scheduler.store.tokens import IssuedToken, Role, TokenInfo, TokenRequest
 
 log = get_logger(__name__)
 
-MAX_TOKEN_TEAMS = 16
 MAX_AUDIT_ROWS = 10_000
 ASK_ADMIN = "ask an admin (or your team's team-admin) for a token: `gpusched token create`"
-
-TeamName = Annotated[str, Field(pattern=TEAM_PATTERN, max_length=MAX_NAME_CHARS)]
-
 
 class Unauthenticated(Exception):
     """No token, or not one the daemon knows: the API's plain 401."""
@@ -77,17 +71,6 @@ class _Invalid(Exception):
     def __init__(self, error: str, fix: str) -> None:
         super().__init__(error)
         self.error, self.fix = error, fix
-
-
-class TokenRequest(BaseModel):
-    """A token to make: whose it is, its role, the teams it acts for, and how long it lives (null: always)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN)
-    role: Role
-    teams: list[TeamName] = Field(default_factory=list, max_length=MAX_TOKEN_TEAMS)
-    expires_in_seconds: int | None = Field(default=None, ge=60, le=MAX_EXPIRY_SECONDS)
 
 
 def client_of(scope: Scope) -> str | None:

@@ -22,6 +22,8 @@ from rich.table import Table
 from scheduler.app.cli_text import team_option
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from scheduler.app.client import ApiClient
 
 token_app = typer.Typer(help="API tokens of people and services: roles, teams, expiry.", no_args_is_help=True)
@@ -84,29 +86,45 @@ def token_create(
     """Make a token and print it, alone, on stdout (it is shown once: the daemon keeps only its hash)."""
     if role not in ROLES:
         raise typer.BadParameter(f"{role!r} is not a role; use one of: {', '.join(ROLES)}", param_hint="'--role'")
-    from scheduler.models import MAX_NAME_CHARS
-    from scheduler.store.tokens import MAX_EXPIRY_SECONDS, NAME_PATTERN
+    from pydantic import ValidationError
+
+    from scheduler.store.tokens import TokenRequest
 
     teams = list(team or [])
-    for t in teams:
-        team_option(t)
-    if name is not None and not (len(name) <= MAX_NAME_CHARS and re.match(NAME_PATTERN, name)):
-        raise typer.BadParameter(f"{name!r} is not a token's name: letters, digits, '.', '_', '@', '+' and '-', "
-                                 f"starting with a letter or digit, at most {MAX_NAME_CHARS} characters",
-                                 param_hint="'--name'")
     seconds = None if expires.strip().lower() == "never" else duration_seconds(expires, "--expires")
-    if seconds is not None and not 0 < seconds <= MAX_EXPIRY_SECONDS:
-        longest = MAX_EXPIRY_SECONDS // 86400
-        raise typer.BadParameter(f"{expires.strip()!r} is {'no time' if not seconds else 'too long'}: a token lives "
-                                 f"1h to {longest}d (about {longest // 366} years), or never", param_hint="'--expires'")
     if name is None:
         name = f"{teams[0]}-{role}" if teams else role
+    try:  # the API's own body model: what it would refuse is told here by its option
+        TokenRequest.model_validate({"name": name, "role": role, "teams": teams, "expires_in_seconds": seconds})
+    except ValidationError as exc:
+        raise _option_problem(exc, teams, name, expires, seconds) from None
     with _client() as client:
         made = client.create_token(name=name, role=role, teams=teams, expires_in_seconds=seconds)
     sys.stdout.write(made.token + "\n")
     err.print(f"made {_shown(made.id)} for {_shown(made.name)}: {made.role.value}, "
               f"teams {_shown(', '.join(made.teams) or 'all')}, expires {_when(made.expires_at)}. "
               "It is not shown again.", highlight=False, soft_wrap=True)
+
+
+def _option_problem(exc: ValidationError, teams: list[str], name: str, expires: str,
+                    seconds: int | None) -> typer.BadParameter:
+    """``token create``'s option at fault in ``TokenRequest``'s refusal, in words: a team first (a bad team makes
+    the default name bad too), then the name, then the lifetime."""
+    from scheduler.models import MAX_NAME_CHARS, team_problem
+    from scheduler.store.tokens import MAX_EXPIRY_SECONDS, MAX_TOKEN_TEAMS
+
+    faults = {str(e["loc"][0]): e["loc"][1:] for e in reversed(exc.errors())}
+    if "teams" in faults:
+        at = faults["teams"]
+        problem = team_problem(teams[int(at[0])]) if at else f"at most {MAX_TOKEN_TEAMS} teams a token"
+        return typer.BadParameter(problem or "", param_hint="'--team'")
+    if "name" in faults:
+        return typer.BadParameter(f"{name!r} is not a token's name: letters, digits, '.', '_', '@', '+' and '-', "
+                                  f"starting with a letter or digit, at most {MAX_NAME_CHARS} characters",
+                                  param_hint="'--name'")
+    longest = MAX_EXPIRY_SECONDS // 86400
+    return typer.BadParameter(f"{expires.strip()!r} is {'no time' if not seconds else 'too long'}: a token lives "
+                              f"1h to {longest}d (about {longest // 366} years), or never", param_hint="'--expires'")
 
 
 @token_app.command("list")

@@ -18,18 +18,20 @@ import re
 import secrets
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.models import Frozen
+from scheduler.models import MAX_NAME_CHARS, TEAM_PATTERN, Frozen
 from scheduler.store.database import new_id
 from scheduler.store.tables import ApiTokenRow
 from scheduler.times import utc
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$"  # a token's name: a person's or a service's
 MAX_EXPIRY_SECONDS = 10 * 366 * 86400
+MAX_TOKEN_TEAMS = 16
 
 PREFIX = "gps_"
 _TOKEN_RE = re.compile(r"^gps_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
@@ -46,6 +48,17 @@ class Role(StrEnum):
 TokenState = Literal["live", "expired", "revoked"]
 # Why a presented token was not accepted: no such token (or not one of ours), or the named token's.
 Rejection = Literal["unknown", "wrong-secret", "revoked", "expired"]
+
+
+class TokenRequest(Frozen):
+    """A token to make: whose it is, its role, the teams it acts for, and how long it lives (null: always).
+    The API's body, and what ``gpusched token create`` checks its options against before it sends them."""
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN)
+    role: Role
+    teams: list[Annotated[str, Field(pattern=TEAM_PATTERN, max_length=MAX_NAME_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_TOKEN_TEAMS)
+    expires_in_seconds: int | None = Field(default=None, ge=60, le=MAX_EXPIRY_SECONDS)
 
 
 class TokenInfo(Frozen):
