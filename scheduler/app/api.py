@@ -82,7 +82,7 @@ from scheduler.logs import get_logger, register_secret
 from scheduler.models import JobSpec
 from scheduler.settings import Settings
 from scheduler.states import JobState
-from scheduler.store.database import Store, store_reason
+from scheduler.store.database import Store, store_reason, store_trouble
 
 log = get_logger(__name__)
 
@@ -213,7 +213,7 @@ def _install_error_handlers(app: FastAPI, store: Store) -> None:
     async def _store_trouble(r: Request, e: OperationalError) -> JSONResponse:
         # The store locked, full or out of reach: nothing was written (the transaction rolled back), the
         # caller may try again, and the operator has a fix, not a traceback.
-        log.error("api_store_unavailable", path=r.url.path, error=f"the store: {store_reason(e)}")
+        log.error("api_store_unavailable", path=r.url.path, error=store_trouble(e))
         return _error(503, f"the daemon's store cannot be used now: {store_reason(e)}; nothing was changed",
                       store_fix(store, e))
 

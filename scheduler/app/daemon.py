@@ -51,7 +51,7 @@ from scheduler.errors import GpuschedError, ProviderError, SettingsError, UserEr
 from scheduler.lifecycle.leadership import Leadership
 from scheduler.logs import get_logger
 from scheduler.settings import Settings
-from scheduler.store.database import Store, store_reason
+from scheduler.store.database import Store, store_trouble
 
 log = get_logger(__name__)
 
@@ -100,7 +100,7 @@ def _iso(dt: datetime | None) -> str | None:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, OperationalError):  # without the SQL and SQLAlchemy's background link
-        return f"the store: {store_reason(exc)}"
+        return store_trouble(exc)
     text = exc.message if isinstance(exc, GpuschedError) else str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -327,9 +327,10 @@ class Daemon:
         if isinstance(error, OperationalError):
             # The store locked or out of reach: a condition of the machine, not a fault in the code; its fix, not a
             # traceback (the next run tries again).
-            log.error(f"{what}_failed", error=_describe(error), fix=store_fix(self.store, error), **fields)
-            return
-        log.error(f"{what}_failed", error=_describe(error), exc_info=error, **fields)
+            fields["fix"] = store_fix(self.store, error)
+        else:
+            fields["exc_info"] = error
+        log.error(f"{what}_failed", error=_describe(error), **fields)
 
     # --- health and metrics
 

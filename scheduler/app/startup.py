@@ -93,11 +93,12 @@ _DAMAGED_FIX = ("restore it from a backup, or move the file aside and run `gpusc
 
 def store_fix(store: Store, exc: SQLAlchemyError) -> str:
     """What to do about a store that could not be opened or used: at start, or in a daemon's tick."""
-    if store.is_sqlite and "locked" in store_reason(exc):
+    reason = store_reason(exc)
+    if store.is_sqlite and "locked" in reason:
         return ("another program holds the SQLite file's write lock (an open transaction in a sqlite3 shell, a "
                 "backup tool, or a second daemon on the same file): close it, and gpusched goes on; for several "
                 "daemons use PostgreSQL (GPUSCHED_DATABASE_URL)")
-    if store.is_sqlite and ("full" in store_reason(exc) or "disk I/O" in store_reason(exc)):
+    if store.is_sqlite and ("full" in reason or "disk I/O" in reason):
         database = store.url.database or ""
         folder = Path(database).expanduser().parent if database and not database.startswith(("file:", ":")) else None
         free = shutil.disk_usage(folder).free if folder is not None and folder.is_dir() else None

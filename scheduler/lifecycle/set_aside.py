@@ -28,7 +28,7 @@ from scheduler.errors import GpuschedError
 from scheduler.lifecycle.context import TickContext, TickReport
 from scheduler.lifecycle.transitions import set_job
 from scheduler.states import JOB_OPEN, JOB_TERMINAL, JobState
-from scheduler.store.database import add_event, store_reason
+from scheduler.store.database import add_event, store_trouble
 from scheduler.store.tables import JobRow
 
 log = structlog.get_logger("gpusched.tick")
@@ -50,7 +50,7 @@ def describe(exc: BaseException) -> str:
     elif isinstance(exc, GpuschedError):
         text = exc.message
     elif isinstance(exc, SQLAlchemyError):  # the driver's words, without the SQL and the background link
-        text = f"the store: {store_reason(exc)}"
+        text = store_trouble(exc)
     else:
         text = f"{type(exc).__name__}: {exc}"
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a reason is printed and stored

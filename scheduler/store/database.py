@@ -238,6 +238,11 @@ def store_reason(exc: SQLAlchemyError) -> str:
     return first[0] if first else type(exc).__name__
 
 
+def store_trouble(exc: SQLAlchemyError) -> str:
+    """A store error as a log line, a health field or a held job's reason say it."""
+    return f"the store: {store_reason(exc)}"
+
+
 def parse_url(url: str) -> URL:
     """Parse a database URL; plain ``postgresql://`` means psycopg 3. Bad URLs are SettingsError."""
     try:
