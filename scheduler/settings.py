@@ -17,7 +17,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -443,13 +443,21 @@ def _check_fx_months(v: dict[str, Decimal]) -> dict[str, Decimal]:
     return v
 
 
-def daemon_url_problem(raw: str) -> str | None:
-    """Why ``raw`` cannot be where the daemon's API is reached, or None. Never quotes a user:password in it."""
+def _split_url(raw: str) -> SplitResult | ValueError:
+    """``raw`` split into its parts, its port read too (out of range or not a number), or why it cannot be."""
     try:
         parts = urlsplit(raw.strip())
-        parts.port  # noqa: B018 - read for its ValueError: a port out of range or not a number
+        parts.port  # noqa: B018 - read for its ValueError
     except ValueError as exc:
-        return f"is not a URL ({exc}); write it as http://HOST:PORT, e.g. http://10.0.0.5:8642"
+        return exc
+    return parts
+
+
+def daemon_url_problem(raw: str) -> str | None:
+    """Why ``raw`` cannot be where the daemon's API is reached, or None. Never quotes a user:password in it."""
+    parts = _split_url(raw)
+    if isinstance(parts, ValueError):
+        return f"is not a URL ({parts}); write it as http://HOST:PORT, e.g. http://10.0.0.5:8642"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return (f"must be an http:// or https:// URL with a host, not {parts.scheme or '(no scheme)'}://...; "
                 "e.g. http://10.0.0.5:8642")
@@ -463,10 +471,8 @@ SMTP_SCHEMES = ("smtp", "smtps", "smtp+starttls")
 
 def smtp_url_problem(raw: str) -> str | None:
     """Why ``raw`` is no GPUSCHED_SMTP_URL, or None; never with the value, which may hold a password."""
-    try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 - read for its ValueError: a port out of range or not a number
-    except ValueError:
+    parts = _split_url(raw)
+    if isinstance(parts, ValueError):
         return "is not a URL (its value is not shown: it may hold a password)"
     if parts.scheme not in SMTP_SCHEMES or not parts.hostname:
         return (f"must start with smtp://, smtps:// or smtp+starttls:// and name a host, not "
